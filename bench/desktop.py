@@ -1,13 +1,16 @@
 """Desktop server overhead against the raw tools, on the same desktops in the same run.
 
 Measures on real desktops (Xvfb 1280x800):
+  * start: one desktop from nothing to its server answering (sequential starts, median);
   * screenshot: mss raw grab, mss grab + PNG (what the server does), and the server's
     /screenshot round trip through the controller;
   * actions: a click by xdotool (a process per click, 100 ms built-in delay) and by XTEST
     in-process, against `controller.step(left_click)`; likewise a key and typing 20 chars;
   * reset: `Desktop.reset()` with a text editor and a terminal open and files written;
   * throughput: screenshot+click steps/s with 1, 4 and 8 desktops acting at once, through
-    the servers and with the raw tools in-process (one thread per desktop).
+    the servers and with the raw tools in-process (one process per desktop).
+A desktop's X server is reachable only from inside the desktop (its own /tmp, a cookie),
+so the raw tools run there: a Python program started through /execute times them.
 Prints a table of medians and the server/raw ratios; `--json PATH` writes them.
 
     python bench/desktop.py --quick --json bench-desktop.json
@@ -20,9 +23,7 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,9 +31,91 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from runtime.envs.desktop.lifecycle import Desktop  # noqa: E402
 from runtime.envs.desktop.pool import DesktopPool  # noqa: E402
-from runtime.envs.desktop.session import write_xauthority  # noqa: E402
 
 TEXT20 = "bench typing 20 char"
+
+# Runs inside a desktop (its `python` is the project's): times the raw tools there and
+# prints one JSON object. argv[1]: {"mode": "latency", "n": N} or {"mode": "loop", "seconds": S, "x": X}.
+RAW_TOOLS = r"""
+import json, os, statistics, subprocess, sys, time
+import mss, mss.tools
+from Xlib import XK, X, display
+from Xlib.ext import xtest
+
+args = json.loads(sys.argv[1])
+d = os.environ["DISPLAY"]
+sct = (getattr(mss, "MSS", None) or mss.mss)(display=d, with_cursor=args["mode"] == "loop")
+conn = display.Display(d)
+
+def grab_png():
+    shot = sct.grab(sct.monitors[0])
+    return mss.tools.to_png(shot.rgb, shot.size, level=1)
+
+def click(x=640, y=400):
+    xtest.fake_input(conn, X.MotionNotify, x=x, y=y)
+    xtest.fake_input(conn, X.ButtonPress, 1)
+    xtest.fake_input(conn, X.ButtonRelease, 1)
+    conn.sync()
+
+if args["mode"] == "loop":
+    count, started = 0, time.perf_counter()
+    while time.perf_counter() - started < args["seconds"]:
+        grab_png()
+        click(args["x"], 400)
+        count += 1
+    print(json.dumps({"steps": count, "seconds": time.perf_counter() - started}))
+    sys.exit(0)
+
+def median_ms(fn, n):
+    fn()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+code = conn.keysym_to_keycode(XK.string_to_keysym("a"))
+
+def xtest_key():
+    xtest.fake_input(conn, X.KeyPress, code)
+    xtest.fake_input(conn, X.KeyRelease, code)
+    conn.sync()
+
+def run(*argv):
+    subprocess.run(argv, check=True)
+
+n = args["n"]
+print(json.dumps({
+    "mss_grab_ms": median_ms(lambda: sct.grab(sct.monitors[0]), n),
+    "mss_png_ms": median_ms(grab_png, n),
+    "xdotool_click_ms": median_ms(lambda: run("xdotool", "mousemove", "640", "400", "click", "1"), max(5, n // 4)),
+    "xtest_click_ms": median_ms(click, n),
+    "xdotool_key_ms": median_ms(lambda: run("xdotool", "key", "a"), n),
+    "xtest_key_ms": median_ms(xtest_key, n),
+    "xdotool_type20_ms": median_ms(lambda: run("xdotool", "type", "--delay", "0", args["text"]), n),
+}))
+"""
+
+
+async def raw_tools(desktop: Desktop, **args: object) -> dict:
+    """Run RAW_TOOLS inside the desktop and return what it measured."""
+    async with desktop.controller(timeout=300.0) as ctl:
+        done = await ctl.execute(["python", "-c", RAW_TOOLS, json.dumps(args)], timeout=300)
+    if done.get("returncode") != 0:
+        raise RuntimeError(f"raw tools failed in {desktop}: {done}")
+    return json.loads(done["output"])
+
+
+async def start_seconds(count: int) -> list[float]:
+    """Start and stop `count` desktops one after another; return each start's duration."""
+    out = []
+    for _ in range(count):
+        t = time.perf_counter()
+        desktop = await Desktop.start()
+        out.append(time.perf_counter() - t)
+        await desktop.stop()
+    return out
 
 
 def median_ms(samples: list[float]) -> float:
@@ -63,69 +146,16 @@ async def time_async(fn, n: int) -> list[float]:
 
 
 async def bench_single(desktop: Desktop, n: int) -> dict:
-    """Latencies of raw tools and of the server on one desktop."""
-    import mss
-    import mss.tools
-    from Xlib import XK, X, display
-    from Xlib.ext import xtest
-
-    xauth = Path(tempfile.mkdtemp()) / "Xauthority"
-    write_xauthority(xauth, desktop.display)
-    os.environ["XAUTHORITY"] = str(xauth)
-    env = {**os.environ, "DISPLAY": desktop.display}
-    sct = (getattr(mss, "MSS", None) or mss.mss)(display=desktop.display)
-    conn = display.Display(desktop.display)
-    r: dict = {}
+    """Latencies of raw tools (inside the desktop) and of the server on one desktop."""
     async with desktop.controller() as ctl:
         await ctl.launch(["xterm", "-T", "bench", "-e", "sh", "-c", "cat > /dev/null"])
         await asyncio.sleep(1.0)
-
-        r["mss_grab_ms"] = median_ms(time_sync(lambda: sct.grab(sct.monitors[0]), n))
-
-        def grab_png() -> bytes:
-            shot = sct.grab(sct.monitors[0])
-            return mss.tools.to_png(shot.rgb, shot.size, level=1)
-
-        r["mss_png_ms"] = median_ms(time_sync(grab_png, n))
+        r: dict = await raw_tools(desktop, mode="latency", n=n, text=TEXT20)
         r["server_screenshot_ms"] = median_ms(await time_async(ctl.screenshot, n))
-
-        def xdotool_click() -> None:
-            subprocess.run(
-                ["xdotool", "mousemove", "640", "400", "click", "1"], env=env, check=True
-            )
-
-        def xtest_click() -> None:
-            xtest.fake_input(conn, X.MotionNotify, x=640, y=400)
-            xtest.fake_input(conn, X.ButtonPress, 1)
-            xtest.fake_input(conn, X.ButtonRelease, 1)
-            conn.sync()
-
         click = {"action": "left_click", "coordinate": [500, 500]}
-        r["xdotool_click_ms"] = median_ms(time_sync(xdotool_click, max(5, n // 4)))
-        r["xtest_click_ms"] = median_ms(time_sync(xtest_click, n))
         r["step_click_ms"] = median_ms(await time_async(lambda: ctl.step(click), n))
-
-        code = conn.keysym_to_keycode(XK.string_to_keysym("a"))
-
-        def xtest_key() -> None:
-            xtest.fake_input(conn, X.KeyPress, code)
-            xtest.fake_input(conn, X.KeyRelease, code)
-            conn.sync()
-
-        r["xdotool_key_ms"] = median_ms(
-            time_sync(lambda: subprocess.run(["xdotool", "key", "a"], env=env, check=True), n)
-        )
-        r["xtest_key_ms"] = median_ms(time_sync(xtest_key, n))
         r["step_key_ms"] = median_ms(
             await time_async(lambda: ctl.step({"action": "key", "text": "a"}), n)
-        )
-        r["xdotool_type20_ms"] = median_ms(
-            time_sync(
-                lambda: subprocess.run(
-                    ["xdotool", "type", "--delay", "0", TEXT20], env=env, check=True
-                ),
-                n,
-            )
         )
         r["step_type20_ms"] = median_ms(
             await time_async(lambda: ctl.step({"action": "type", "text": TEXT20}), n)
@@ -143,8 +173,6 @@ async def bench_single(desktop: Desktop, n: int) -> dict:
         resets = [await dirty_then_reset() for _ in range(max(3, n // 10))]
         r["reset_ms"] = median_ms(resets)
         r["reset_max_ms"] = max(resets) * 1000
-    conn.close()
-    sct.close()
     return r
 
 
@@ -167,42 +195,15 @@ async def steps_per_second(pool: DesktopPool, k: int, seconds: float) -> float:
     return sum(counts) / (time.perf_counter() - started)
 
 
-def raw_steps_per_second(desktops: list[Desktop], seconds: float) -> float:
-    """The same loop with the raw tools in-process (mss grab + PNG, XTEST click), one thread each."""
-    import threading
-
-    import mss
-    import mss.tools
-    from Xlib import X, display
-    from Xlib.ext import xtest
-
-    stop = time.perf_counter() + seconds
-    counts = [0] * len(desktops)
-
-    def agent(i: int, desktop: Desktop) -> None:
-        xauth = Path(tempfile.mkdtemp()) / "Xauthority"
-        write_xauthority(xauth, desktop.display)
-        conn = display.Display(desktop.display)  # reads XAUTHORITY only while connecting
-        sct = (getattr(mss, "MSS", None) or mss.mss)(display=desktop.display, with_cursor=True)
-        x = 128 + 102 * i
-        while time.perf_counter() < stop:
-            shot = sct.grab(sct.monitors[0])
-            mss.tools.to_png(shot.rgb, shot.size, level=1)
-            xtest.fake_input(conn, X.MotionNotify, x=x, y=400)
-            xtest.fake_input(conn, X.ButtonPress, 1)
-            xtest.fake_input(conn, X.ButtonRelease, 1)
-            conn.sync()
-            counts[i] += 1
-        sct.close()
-        conn.close()
-
-    threads = [threading.Thread(target=agent, args=(i, d)) for i, d in enumerate(desktops)]
-    started = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(counts) / (time.perf_counter() - started)
+async def raw_steps_per_second(desktops: list[Desktop], seconds: float) -> float:
+    """The same loop with the raw tools in-process (mss grab + PNG, XTEST click), in each desktop."""
+    loops = await asyncio.gather(
+        *(
+            raw_tools(d, mode="loop", seconds=seconds, x=128 + 102 * i)
+            for i, d in enumerate(desktops)
+        )
+    )
+    return sum(loop["steps"] / loop["seconds"] for loop in loops)
 
 
 async def main() -> int:
@@ -216,6 +217,7 @@ async def main() -> int:
     levels = (1, 4, 8)
 
     started = time.perf_counter()
+    starts = await start_seconds(3 if args.quick else 10)
     pool = DesktopPool(max(levels))
     boot = time.perf_counter()
     await pool.start()
@@ -224,10 +226,7 @@ async def main() -> int:
         single = await bench_single(pool.desktops[0], n)
         await pool.desktops[0].reset()
         throughput = {k: await steps_per_second(pool, k, seconds) for k in levels}
-        raw_throughput = {
-            k: await asyncio.to_thread(raw_steps_per_second, pool.desktops[:k], seconds)
-            for k in levels
-        }
+        raw_throughput = {k: await raw_steps_per_second(pool.desktops[:k], seconds) for k in levels}
     finally:
         await pool.close()
 
@@ -239,7 +238,10 @@ async def main() -> int:
         "key_step_vs_xdotool": single["step_key_ms"] / single["xdotool_key_ms"],
         "type20_step_vs_xdotool": single["step_type20_ms"] / single["xdotool_type20_ms"],
     }
+    single["start_ms"] = median_ms(starts)
+    single["start_max_ms"] = max(starts) * 1000
     rows = [
+        ("start", "Desktop.start (median)", single["start_ms"], f"max {single['start_max_ms']:.0f} ms"),
         ("screenshot", "mss grab (raw)", single["mss_grab_ms"], ""),
         ("screenshot", "mss grab + PNG (raw)", single["mss_png_ms"], ""),
         ("screenshot", "server /screenshot", single["server_screenshot_ms"],
@@ -269,7 +271,7 @@ async def main() -> int:
     for k, sps in throughput.items():
         raw = raw_throughput[k]
         print(f"{k:<10}{sps:>10.1f}{sps / k:>14.1f}{raw:>14.1f}{sps / raw:>8.2f}")
-    print("(one step = screenshot + click; raw = mss + XTEST in-process, one thread per desktop)")
+    print("(one step = screenshot + click; raw = mss + XTEST in-process, one process per desktop)")
     print(
         f"\nstarting {max(levels)} desktops took {boot_s:.1f} s; bench {time.perf_counter() - started:.0f} s"
     )

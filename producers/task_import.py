@@ -8,18 +8,27 @@ for a cluster should reference files by URL.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
 from runtime.envs.tasks.builtin import builtin_ids, load_builtin
 from runtime.envs.tasks.model import Task, load_task
+from runtime.envs.tasks.support import unsupported_parts
 from runtime.errors import TaskError
 from topics.events import TaskEvent
 
-__all__ = ["task_event", "builtin_task_events", "file_task_events", "publish_tasks"]
+__all__ = [
+    "task_event",
+    "builtin_task_events",
+    "file_task_events",
+    "publish_tasks",
+    "Unsupported",
+    "split_supported",
+]
 
-SPLITS = ("train", "benchmark")
+SPLITS = ("train", "heldout", "benchmark")  # only train tasks are ever trained on
 
 
 def task_event(task: Task, *, source: str, split: str = "train") -> TaskEvent:
@@ -41,6 +50,27 @@ def file_task_events(paths: Iterable[str | Path], *, source: str, split: str) ->
         files = sorted(path.rglob("*.json")) if path.is_dir() else [path]
         events.extend(task_event(load_task(f), source=source, split=split) for f in files)
     return events
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A task that names setup steps, getters or metrics this implementation lacks."""
+
+    task_id: str
+    missing: list[str]
+
+
+def split_supported(events: list[TaskEvent]) -> tuple[list[TaskEvent], list[Unsupported]]:
+    """Separate tasks every part of which we implement from those that would fail later."""
+    ok: list[TaskEvent] = []
+    flagged: list[Unsupported] = []
+    for ev in events:
+        missing = unsupported_parts(Task.from_dict(ev.task, where=ev.task_id))
+        if missing:
+            flagged.append(Unsupported(ev.task_id, missing))
+        else:
+            ok.append(ev)
+    return ok, flagged
 
 
 async def publish_tasks(settings: BusSettings, events: list[TaskEvent]) -> int:

@@ -155,6 +155,7 @@ class EmbeddedBroker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self._log_file = log_file
         self._proc: subprocess.Popen[bytes] | None = None
+        self.run_id: str | None = None  # the log's run, once recorded
 
     def _spawn(self) -> None:
         url = f"tcp://{self.bootstrap}"
@@ -170,8 +171,14 @@ class EmbeddedBroker:
             cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
 
-    async def start(self, *, create: bool = True, timeout_s: float = 15.0) -> EmbeddedBroker:
-        """Start the broker, wait for readiness and create the registry's topics."""
+    async def start(
+        self, *, create: bool = True, record_run: bool = True, timeout_s: float = 15.0
+    ) -> EmbeddedBroker:
+        """Start the broker, wait for readiness, create the registry's topics and name the run.
+
+        `record_run=False` leaves the `runs` topic empty, for a caller that re-seeds the log
+        from an archive first and then records the run with where it resumed from.
+        """
         self._spawn()
         try:
             await wait_until_ready(self.bootstrap, timeout_s)
@@ -179,6 +186,13 @@ class EmbeddedBroker:
                 raise BrokerError(f"broker exited with code {self._proc.returncode}")
             if create:
                 await create_topics(self.bootstrap)
+            if create and record_run:
+                from runtime.config import BusSettings
+                from runtime.runs import ensure_run
+
+                settings = BusSettings(bootstrap=self.bootstrap)
+                run = await ensure_run(settings, origin="embedded", known_empty=True)
+                self.run_id = run.run_id
         except BaseException:
             self.stop()
             raise

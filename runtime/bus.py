@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Self
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import KafkaError
 
 from runtime.config import BusSettings
@@ -157,12 +159,31 @@ class EventProducer(_Client):
         await _bounded(self._producer.flush(), self.settings.request_timeout_ms / 1000, "flush")
 
     async def stop(self) -> None:
-        """Flush and disconnect."""
+        """Flush and disconnect; raise BrokerError if queued records could not be sent."""
         if self._started:
             try:
                 await self.flush()
             finally:
                 await super().stop()
+
+    async def abort(self) -> None:
+        """Disconnect after trying to flush, logging (not raising) a failed flush.
+
+        For shutdowns caused by another error: that error is the one the caller must see.
+        """
+        if self._started:
+            try:
+                await self.flush()
+            except Exception as exc:  # the cause of the shutdown matters more
+                log.warning("producer shutdown: queued records were not sent: %s", exc)
+            finally:
+                await super().stop()
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        if exc_type is None:
+            await self.stop()
+        else:
+            await self.abort()
 
 
 class EventConsumer(_Client):
@@ -178,6 +199,7 @@ class EventConsumer(_Client):
         group_id: str | None,
         *,
         from_beginning: bool = True,
+        co_partitioned: bool = False,
     ) -> None:
         for name in topics:
             topic(name)  # fail early on unknown topics
@@ -196,6 +218,11 @@ class EventConsumer(_Client):
             fetch_max_wait_ms=settings.fetch_max_wait_ms,
             max_poll_records=settings.max_poll_records,
             request_timeout_ms=settings.request_timeout_ms,
+            # Range assignment gives a member the same partition numbers of every topic, so
+            # topics keyed alike (steps and completions of a request) meet in one member.
+            partition_assignment_strategy=(
+                (RangePartitionAssignor,) if co_partitioned else (RoundRobinPartitionAssignor,)
+            ),
         )
         super().__init__(settings, consumer)
         self._consumer = consumer
@@ -212,6 +239,19 @@ class EventConsumer(_Client):
             await _bounded(self._consumer._client.force_metadata_update(), 10, "metadata")
             parts = self._consumer.partitions_for_topic(topic_name) or set()
         return [TopicPartition(topic_name, p) for p in sorted(parts)]
+
+    async def read_all(
+        self, *topic_names: str, from_beginning: bool = True
+    ) -> list[TopicPartition]:
+        """Assign every partition of the topics to this (group-less) consumer, from the start or
+        the end; return them."""
+        tps = [tp for name in topic_names for tp in await self.partitions_of(name)]
+        self._consumer.assign(tps)
+        if from_beginning:
+            await self._consumer.seek_to_beginning(*tps)
+        else:
+            await self._consumer.seek_to_end(*tps)
+        return tps
 
     async def getmany(self, timeout_ms: int = 200, max_records: int | None = None) -> list[Record]:
         """Fetch the next batch of records, decoded; undecodable ones carry the reason."""

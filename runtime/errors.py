@@ -2,8 +2,12 @@
 
 ScaleCUAError
 ├── ConfigError            a setting is missing or invalid
-├── BrokerError            the broker is unreachable or refused a request
-│   └── BrokerTimeout      a broker call did not finish within its bound
+├── InfrastructureError    a service's own dependency failed: retried, never dead-lettered
+│   ├── BrokerError        the broker is unreachable or refused a request
+│   │   └── BrokerTimeout  a broker call did not finish within its bound
+│   └── StorageError       a store (archive, blobs, checkpoints) failed to read or write
+├── RecordError            this record cannot be processed: dead-lettered, the stream goes on
+├── ServiceHalted          a service gave up on an infrastructure failure without committing
 ├── SchemaError            bytes do not decode to the topic's event type
 ├── BlobNotFound           no blob with that sha256 in the store
 ├── BlobCorrupt            a stored blob's bytes do not match its sha256
@@ -23,12 +27,28 @@ class ConfigError(ScaleCUAError):
     """A setting is missing or invalid."""
 
 
-class BrokerError(ScaleCUAError):
+class InfrastructureError(ScaleCUAError):
+    """A service's own dependency failed; the service runner retries, never dead-letters."""
+
+
+class BrokerError(InfrastructureError):
     """The broker is unreachable or refused a request."""
 
 
 class BrokerTimeout(BrokerError):
     """A broker call did not finish within its bound."""
+
+
+class StorageError(InfrastructureError):
+    """A store (archive, blob store, checkpoints) failed to read or write."""
+
+
+class RecordError(ScaleCUAError):
+    """This record cannot be processed; the runner dead-letters it and goes on."""
+
+
+class ServiceHalted(ScaleCUAError):
+    """A service stopped on an infrastructure failure that outlasted its retries."""
 
 
 class SchemaError(ScaleCUAError):

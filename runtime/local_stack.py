@@ -1,121 +1,373 @@
-"""The local stack behind `scalecua up`: broker, archiver and producers in one process."""
+"""The local stack behind `scalecua up`: the whole online-RL loop in one process.
+
+    broker ─ tasks ─▶ sampler ─ rollout-requests ─▶ rollout worker (desktops, policy)
+                        ▲                               │ rollout-step, trajectory-complete
+                   reward, policy-updates               ▼
+                        │            judge ◀────────────┤
+                        │              │ reward         ▼
+                        └──────────────┴──────▶ segmenter ─ segment-ready ─▶ trainer
+                                                                              │
+          archiver (every topic → Parquet)   dashboard (reads, never commits)  ▼ policy-updates
+
+Every service is the same class its own command runs (`scalecua rollout|judge|segment|
+sample|train|archive|dashboard`), here sharing one event loop; each still talks to the
+others only through the log. One iteration is one trainer step (B groups of n rollouts);
+the stack stops once the trainer has taken `iterations` steps, or on Ctrl-C.
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
 import signal
 import sys
 import time
-from collections import Counter
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
 from consumers.archiver.service import Archiver, ArchiverConfig
-from runtime.broker import EmbeddedBroker, create_topics, default_port
-from runtime.bus import EventProducer
+from runtime.broker import EmbeddedBroker, create_topics
+from runtime.cli.bus_tools import start_embedded
 from runtime.config import BusSettings, broker_state_file, home_dir
+from runtime.errors import ConfigError
+from runtime.runs import ensure_run, run_resolver
 from runtime.service import ServiceRunner
 
-__all__ = ["run_up"]
+__all__ = ["UpConfig", "run_up"]
 
 
 def _say(msg: str) -> None:
     print(f"[scalecua up] {msg}", file=sys.stderr, flush=True)
 
 
-async def _start_broker(bootstrap: str | None) -> tuple[str, EmbeddedBroker | None]:
+@dataclass
+class UpConfig:
+    """What `scalecua up` runs: the loop's size, and each service's own settings."""
+
+    iterations: int = 3  # trainer steps, then stop
+    desktops: int = 2
+    tasks: list[str] | None = None  # built-in task ids imported into `tasks` (None: all)
+    archive: str | None = None  # default $SCALECUA_HOME/archive
+    checkpoints: str | None = None  # default $SCALECUA_HOME/checkpoints/<run>
+    bootstrap: str | None = None  # an external cluster instead of the embedded broker
+    resume: str | None = None  # an archived run to re-seed the embedded broker from
+    dashboard_port: int | None = 8080  # None: no dashboard; 0: any free port
+    # Each service's settings, as its own command parses them ([rollout], [train], ... tables).
+    services: dict[str, argparse.Namespace] = field(default_factory=dict)
+
+
+async def _start_broker(
+    bootstrap: str | None, resume: str | None, archive: str
+) -> tuple[str, EmbeddedBroker | None]:
     explicit = bootstrap or os.environ.get("SCALECUA_BOOTSTRAP")
     if explicit:
+        if resume:
+            raise ConfigError("--resume re-seeds a fresh embedded broker; a cluster keeps its log")
         await create_topics(explicit)
-        _say(f"using the Kafka cluster at {explicit}")
+        run = await ensure_run(BusSettings(bootstrap=explicit), origin="cluster")
+        _say(f"using the Kafka cluster at {explicit} (run {run.run_id})")
         return explicit, None
-    broker = await EmbeddedBroker(default_port()).start()
+    broker, _ = await start_embedded(None, resume, archive)
     broker_state_file().write_bytes(
         orjson.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()})
     )
-    _say(f"embedded broker at {broker.bootstrap} (other shells: scalecua tail reward)")
+    _say(f"embedded broker at {broker.bootstrap}, run {broker.run_id} "
+         "(other shells: scalecua tail reward)")  # fmt: skip
     return broker.bootstrap, broker
 
 
-async def run_up(
-    *,
-    desktops: int,
-    episodes: int,
-    task_ids: list[str] | None,
-    archive: str | None,
-    serve: bool,
-    bootstrap: str | None,
-) -> int:
-    """Run the local stack; return the exit code."""
-    from producers.scripted_rollouts import EpisodeSummary, run_scripted
-    from producers.task_import import builtin_task_events, publish_tasks
-    from runtime.blobstore import open_blob_store
-    from runtime.envs.desktop.pool import DesktopPool
-    from runtime.envs.tasks.builtin import builtin_ids
+def _checkpoint_root(explicit: str | None, run_id: str, resumed_from: str | None) -> str:
+    """Checkpoints of this run's lineage: a resumed run continues its source's folder."""
+    if explicit:
+        return explicit
+    root = home_dir() / "checkpoints"
+    mine = root / run_id
+    if resumed_from and (root / resumed_from).exists() and not mine.exists():
+        root.mkdir(parents=True, exist_ok=True)
+        mine.symlink_to((root / resumed_from).resolve(), target_is_directory=True)
+    return str(mine)
 
+
+class _Progress:
+    """Follows `reward` and `policy-updates` and prints one line per iteration."""
+
+    def __init__(self, settings: BusSettings, iterations: int, judge_version: str) -> None:
+        self.settings = settings
+        self.iterations = iterations
+        self.judge_version = judge_version
+        self.started = time.monotonic()
+        self.rows: list[dict[str, Any]] = []
+        self.rewards: list[Any] = []  # every reward of this judge version
+        self._since: list[Any] = []  # rewards since the last update
+        self.trajectories_by_version: dict[int, int] = defaultdict(int)
+        self.last_uri: str | None = None
+
+    async def run(self) -> None:
+        """Read both topics from the start until cancelled."""
+        from runtime.bus import EventConsumer
+        from topics.events import PolicyUpdate, Reward
+
+        topics = ["reward", "policy-updates"]
+        last_note = time.monotonic()
+        async with EventConsumer(self.settings, topics, group_id=None) as consumer:
+            await consumer.read_all(*topics)
+            while True:
+                for record in await consumer.getmany(timeout_ms=500):
+                    event = record.event
+                    if isinstance(event, Reward) and event.judge_version == self.judge_version:
+                        self.rewards.append(event)
+                        self._since.append(event)
+                        self.trajectories_by_version[event.policy_version] += 1
+                    elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
+                        self._iteration(event)
+                        last_note = time.monotonic()
+                if time.monotonic() - last_note > 60:
+                    last_note = time.monotonic()
+                    _say(f"... {len(self.rewards)} rollouts scored so far, "
+                         f"{self._elapsed()} elapsed")  # fmt: skip
+
+    def _elapsed(self) -> str:
+        seconds = int(time.monotonic() - self.started)
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+
+    def _iteration(self, update: Any) -> None:
+        if any(r["policy_version"] == update.policy_version for r in self.rows):
+            return  # a re-announcement (trainer restart)
+        scored = [r for r in self._since if r.scored]
+        self._since = []
+        m = update.metrics
+        row = {
+            "iteration": len(self.rows) + 1,
+            "policy_version": update.policy_version,
+            "rollouts": len(scored),
+            "mean_reward": round(sum(r.score for r in scored) / len(scored), 3) if scored else None,
+            "pass_rate": round(sum(r.score >= 1.0 for r in scored) / len(scored), 3)
+            if scored
+            else None,
+            "rollout_versions": sorted({r.policy_version for r in scored}),
+            "step_time_s": round(m.get("step_time_s", 0.0), 1),
+            "loss": round(m.get("loss", 0.0), 5),
+            "groups_all_equal": int(m.get("groups_all_equal", 0)),
+            "elapsed_s": round(time.monotonic() - self.started, 1),
+        }
+        self.rows.append(row)
+        self.last_uri = update.checkpoint_uri
+        reward = "n/a" if row["mean_reward"] is None else f"{row['mean_reward']:+.2f}"
+        passed = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.0%}"
+        _say(f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version}, "
+             f"{row['rollouts']} rollouts since the last update (played by "
+             f"v{','.join(map(str, row['rollout_versions'])) or '-'}): reward {reward}, pass "
+             f"{passed}; step {row['step_time_s']}s, loss {row['loss']}, "
+             f"{row['groups_all_equal']} all-equal groups; {self._elapsed()}")  # fmt: skip
+
+
+async def _start_dashboard(
+    stack: contextlib.AsyncExitStack, settings: BusSettings, port: int, mu: float, sigma: float
+) -> str:
+    """Serve the dashboard on `port`, or on any free port when that one is taken."""
+    from consumers.dashboard.service import serve_dashboard
+    from consumers.dashboard.state import DashboardConfig
+
+    config = DashboardConfig(mu=mu, sigma=sigma)
+    try:
+        return await stack.enter_async_context(serve_dashboard(settings, port=port, config=config))
+    except ConfigError as exc:
+        if port == 0:
+            raise
+        _say(f"dashboard: {exc}; using a free port instead")
+        return await stack.enter_async_context(serve_dashboard(settings, port=0, config=config))
+
+
+async def run_up(config: UpConfig) -> int:
+    """Run the whole loop until `iterations` trainer steps, Ctrl-C or a failed service."""
+    from consumers.judge.service import Judge, JudgeConfig
+    from consumers.rollout.service import rollout_service
+    from consumers.sampler.service import sampler_service
+    from consumers.segmenter.service import Segmenter, SegmenterConfig
+    from consumers.trainer.service import trainer_service
+    from producers.task_import import publish_tasks, task_event
+    from runtime.blobstore import open_blob_store
+    from runtime.cli.rollout_commands import rollout_setup
+    from runtime.cli.sample_commands import sampler_config
+    from runtime.cli.train_commands import trainer_config
+    from runtime.envs.tasks.builtin import builtin_ids, load_builtin
+
+    svc = config.services
+    rollout_args, train_args = svc["rollout"], svc["train"]
+    if rollout_args.policy == "scripted":
+        raise ConfigError("`up` trains the policy it plays: use tiny, smollm2 or a model folder")
+    if rollout_args.context[0] <= 0:
+        raise ConfigError("`up` segments with the rollout's context window: set K > 0")
+    unknown = sorted(set(config.tasks or []) - set(builtin_ids()))
+    if unknown:
+        raise ConfigError(f"not built-in tasks: {', '.join(unknown)}")
     started = time.monotonic()
-    boot, broker = await _start_broker(bootstrap)
+    archive = config.archive or str(home_dir() / "archive")
+    boot, broker = await _start_broker(config.bootstrap, config.resume, archive)
     settings = BusSettings(bootstrap=boot)
-    archive = archive or str(home_dir() / "archive")
-    runner = ServiceRunner(Archiver(ArchiverConfig(root=archive)), settings, metrics_interval_s=60)
-    archiving = asyncio.create_task(runner.run(install_signal_handlers=False))
+    blobs = open_blob_store()
+    run = await ensure_run(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    summaries: list[EpisodeSummary] = []
+    archiver = Archiver(ArchiverConfig(root=archive), run_resolver(settings))
+    progress = _Progress(settings, config.iterations, train_args.judge_version)
+    tasks: dict[str, asyncio.Task] = {}
+    runners: dict[str, ServiceRunner] = {}
+    outcome, url, checkpoints = "failed", None, None
     try:
-        await asyncio.wait_for(runner.ready.wait(), 30)
-        _say(f"archiver writing every topic to {archive}")
-        n_tasks = await publish_tasks(settings, builtin_task_events())
-        _say(f"imported {n_tasks} built-in tasks into `tasks`")
+        async with contextlib.AsyncExitStack() as stack:
 
-        ids = task_ids or builtin_ids()
-        if episodes > 0:
-            ids = (ids * (episodes // len(ids) + 1))[:episodes]
-        blobs = open_blob_store()
-        _say(
-            f"starting {desktops} desktops for {len(ids)} episodes (screenshots -> {blobs.url_for('sha256:' + '0' * 64).rsplit('/', 2)[0]})"
-        )
+            def start(name: str, runner: ServiceRunner) -> None:
+                runners[name] = runner
+                tasks[name] = asyncio.create_task(runner.run(install_signal_handlers=False))
 
-        def report(s: EpisodeSummary) -> None:
-            _say(f"episode {len(summaries)}/{len(ids)} {s.task_id}: score {s.score:.1f} "
-                 f"in {s.steps} steps, {s.seconds:.1f}s ({s.status})")  # fmt: skip
+            start("archiver", ServiceRunner(archiver, settings, metrics_interval_s=60))
+            await asyncio.wait_for(runners["archiver"].ready.wait(), 60)
+            _say(f"archiver writing every topic to {archive}")
+            ids = config.tasks or builtin_ids()
+            await publish_tasks(settings, [task_event(load_builtin(i), source="builtin",
+                                                      split="train") for i in ids])  # fmt: skip
+            _say(f"imported {len(ids)} built-in tasks into `tasks`")
 
-        async with DesktopPool(desktops) as pool, EventProducer(settings) as producer:
-            play = asyncio.create_task(run_scripted(pool, producer, blobs, ids, report, summaries))
-            waiter = asyncio.create_task(stop.wait())
-            await asyncio.wait({play, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if not play.done():
-                _say("interrupted: finishing up")
-                play.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await play
-            waiter.cancel()
-        if serve and not stop.is_set():
-            _say("serving: broker and archiver keep running (Ctrl-C stops)")
-            await stop.wait()
+            judge_args = svc["judge"]
+            judge_config = JudgeConfig(
+                judge_args.judge_version, judge_args.incomplete_reward, judge_args.group
+            )
+            start("judge", ServiceRunner(Judge(judge_config, blobs), settings,
+                                         metrics_interval_s=60))  # fmt: skip
+
+            player, rollout_config = rollout_setup(rollout_args)
+            k, delta = rollout_args.context
+            seg_args = svc["segment"]
+            segmenter = Segmenter(
+                SegmenterConfig(mode=seg_args.mode, k=k, delta=delta, group_id=seg_args.group),
+                player.processor, blobs,
+            )  # fmt: skip
+            start("segmenter", ServiceRunner(segmenter, settings, metrics_interval_s=60))
+
+            trainer_cfg, options = trainer_config(train_args)
+            checkpoints = _checkpoint_root(
+                config.checkpoints or train_args.checkpoints, run.run_id, run.resumed_from
+            )
+            trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy,
+                                   checkpoints=checkpoints, max_steps=config.iterations)  # fmt: skip
+            trainer_runner = await stack.enter_async_context(
+                trainer_service(
+                    settings,
+                    trainer_cfg,
+                    backend_options=options,
+                    blobs=blobs,
+                    metrics_interval_s=60,
+                )  # fmt: skip
+            )
+            start("trainer", trainer_runner)
+            _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}, "
+                 f"{trainer_cfg.batch_groups} groups per step, from version "
+                 f"{trainer_runner.processor.version}; checkpoints in {checkpoints}")  # fmt: skip
+
+            sample_args = svc["sample"]
+            sampler_cfg = sampler_config(sample_args)
+            if sampler_cfg.batch_tasks != trainer_cfg.batch_groups:
+                raise ConfigError(
+                    f"the sampler's batch ({sampler_cfg.batch_tasks} tasks) and the trainer's "
+                    f"step ({trainer_cfg.batch_groups} groups) must be the same B"
+                )
+            start("sampler", await stack.enter_async_context(
+                sampler_service(settings, sampler_cfg)))  # fmt: skip
+            _say(f"sampler: {sampler_cfg.frontier.strategy}, B={sampler_cfg.batch_tasks} tasks "
+                 f"x n={sampler_cfg.group_size} rollouts, at most {sampler_cfg.max_steps} turns")  # fmt: skip
+
+            start("rollout", await stack.enter_async_context(
+                rollout_service(settings, rollout_config, player, blobs)))  # fmt: skip
+            _say(f"rollout worker: policy {rollout_args.policy} on {rollout_config.desktops} "
+                 f"desktops, observing {rollout_config.episode.observe}; screenshots -> "
+                 f"{blobs.url}")  # fmt: skip
+
+            if config.dashboard_port is not None:
+                url = await _start_dashboard(stack, settings, config.dashboard_port,
+                                             sample_args.mu, sample_args.sigma)  # fmt: skip
+                _say(f"dashboard: {url}")
+            tasks["progress"] = asyncio.create_task(progress.run())
+            _say(f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
+            outcome = await _wait(tasks, stop)
+            # Stop in order: producers of work first, the archiver last (it drains the rest).
+            for name in ("sampler", "rollout", "segmenter", "judge", "trainer"):
+                runners[name].stop()
+                await _join(tasks, name)
     finally:
-        runner.stop()
-        await asyncio.wait_for(archiving, 30)
+        for name in list(tasks):
+            if name in runners:
+                runners[name].stop()
+            elif not tasks[name].done():
+                tasks[name].cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         if broker:
             broker.stop()
             with contextlib.suppress(FileNotFoundError):
                 broker_state_file().unlink()
-    scores = [s.score for s in summaries]
     summary = {
-        "episodes": len(summaries),
-        "solved": sum(1 for s in scores if s >= 1.0),
-        "mean_score": round(sum(scores) / len(scores), 3) if scores else None,
-        "statuses": dict(Counter(s.status for s in summaries)),
+        "outcome": outcome,
+        "iterations": progress.rows,
+        "rollouts_by_policy_version": {
+            str(v): n for v, n in sorted(progress.trajectories_by_version.items())
+        },
+        "checkpoint": progress.last_uri,
+        "checkpoints": checkpoints,
+        "dashboard": url,
         "archive": archive,
-        "archived_rows": runner.processor.rows_written,
+        "run": archiver.run_id,
+        "archived_rows": archiver.rows_written,
         "seconds": round(time.monotonic() - started, 1),
-        "replay": f"scalecua replay reward --archive {archive} --out rewards.parquet",
+        "replay": f"scalecua replay reward --archive {archive} --run {archiver.run_id} "
+        "--out rewards.parquet",
     }
     print(orjson.dumps(summary).decode(), flush=True)
-    return 0 if summaries and all(s.status != "error" for s in summaries) else 1
+    return {"done": 0, "interrupted": 130}.get(outcome, 1)
+
+
+def _replace(config: Any, **changes: Any) -> Any:
+    import dataclasses
+
+    return dataclasses.replace(config, **changes)
+
+
+async def _wait(tasks: dict[str, asyncio.Task], stop: asyncio.Event) -> str:
+    """Wait for the trainer's last step, Ctrl-C, or a service that ended on its own."""
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait(
+            {stopper, *tasks.values()}, return_when=asyncio.FIRST_COMPLETED
+        )
+    finally:
+        stopper.cancel()
+    if stopper in done:
+        _say("interrupted: stopping every service")
+        return "interrupted"
+    for name, task in tasks.items():
+        if task in done:
+            if name == "trainer" and task.exception() is None:
+                _say("the trainer took its last step: stopping every service")
+                return "done"
+            error = task.exception() if not task.cancelled() else None
+            _say(f"the {name} service stopped unexpectedly: {error!r}")
+    return "failed"
+
+
+async def _join(tasks: dict[str, asyncio.Task], name: str, timeout_s: float = 60.0) -> None:
+    task = tasks[name]
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout_s)
+    except TimeoutError:
+        _say(f"{name} did not stop within {timeout_s:.0f}s; cancelling it")
+        task.cancel()
+    except Exception as exc:  # reported in the summary via the outcome; keep shutting down
+        _say(f"{name} stopped with {exc!r}")

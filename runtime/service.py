@@ -1,16 +1,43 @@
 """The service runner: consume → process → produce → commit, for every scalecua service.
 
 Checkpointing is explicit: outputs derived from a batch are sent and acknowledged first,
-then offsets are committed. A stateful processor reports, per partition, the lowest offset
-it still needs (its low-watermark); the runner commits that instead of the next offset, so
-after a crash the processor re-reads what it had only in memory. Records that cannot be
-decoded or processed go to `dead-letter` with the reason and the original bytes, and the
-stream goes on.
+then offsets are committed, and only offsets whose outputs were acknowledged. A stateful
+processor reports, per partition, the lowest offset it still needs (its low-watermark); the
+runner commits that instead of the next offset, so after a crash the processor re-reads
+what it had only in memory.
+
+Failures come in two kinds, kept apart:
+
+- **The record's fault** — it does not decode, its processing raises (anything but an
+  `InfrastructureError`; `RecordError` says so explicitly), or its outputs cannot be sent
+  (an event of the wrong type for the topic, one larger than the request limit). It goes to
+  `dead-letter` with the reason and its bytes (cut to `DEAD_LETTER_VALUE_CAP`, with the
+  original size and sha256), its offset is committed, and the stream goes on.
+- **The service's own dependency failed** — an `InfrastructureError` (the archive's storage,
+  the broker, a remote service). Nothing is dead-lettered: the runner retries with
+  exponential backoff (`RetryPolicy`) and, if the failure outlasts it, stops with
+  `ServiceHalted` without committing anything past the failing record.
+
+Rebalancing: records are handled one at a time under a lock that the partition-revocation
+callback also takes, so a revocation waits for at most the record in hand, sends the
+outputs handled so far, commits what is acknowledged (while a stateful processor still
+reports what it holds), hands the partitions to the processor and drops them; records of
+revoked partitions still in the fetched batch are skipped (their new owner reads them from
+the committed offset). Commits go only to partitions currently assigned, and a commit the
+group rejects mid-rebalance is logged, not fatal: those records are re-read later.
+
+Dedup: a processor with `dedup = True` never sees a record whose `dedup_id()` the runner
+already handled on that partition (compacted topics excepted: there the id names the
+latest version, not one occurrence). See runtime/dedup.py for how the window survives
+restarts. A processor with a `remember(record)` method is also shown the records the warm-up
+re-reads from before the committed offset (handled by a predecessor, never processed again),
+so it can rebuild what it knows about finished work from the log.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import signal
 import time
@@ -20,15 +47,34 @@ from typing import Protocol, runtime_checkable
 
 import orjson
 from aiokafka import ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
 from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
+from runtime.dedup import DedupWindow
+from runtime.errors import BrokerError, ConfigError, InfrastructureError, ServiceHalted
+from topics.codec import encode
 from topics.events import DeadLetter, Event
-from topics.registry import DEAD_LETTER
+from topics.registry import DEAD_LETTER, topic
 
-__all__ = ["Output", "Processor", "StatefulProcessor", "ServiceRunner", "ServiceMetrics"]
+__all__ = [
+    "Output",
+    "Processor",
+    "StatefulProcessor",
+    "ServiceRunner",
+    "ServiceMetrics",
+    "RetryPolicy",
+    "DEAD_LETTER_VALUE_CAP",
+]
 
 log = logging.getLogger(__name__)
+
+DEAD_LETTER_VALUE_CAP = 256 << 10  # bytes of the original record a dead letter keeps
+_DEAD_LETTER_KEY_CAP = 1 << 10
+_DEAD_LETTER_ERROR_CAP = 8 << 10
+_RECORD_OVERHEAD = 512  # bytes a record's framing adds to its key and value
+# Errors of one record that resending cannot fix; anything else from the broker is retried.
+_RECORD_LEVEL_ERRORS = (MessageSizeTooLargeError,)
 
 
 @dataclass(frozen=True)
@@ -41,7 +87,15 @@ class Output:
 
 
 class Processor(Protocol):
-    """What a service does with each record; the runner does everything else."""
+    """What a service does with each record; the runner does everything else.
+
+    `process` should return within the group's rebalance timeout: long work (an episode)
+    belongs in tasks a stateful processor starts and reports from `tick`. Optional
+    attributes: `dedup = True` (drop records whose dedup id was handled), `co_partitioned =
+    True` (its topics are keyed alike: a member gets the same partition numbers of each),
+    `wants() -> int` (how many more records it can take now; 0 pauses fetching) and, with
+    dedup, `remember(record)` (see a record handled before the committed offset).
+    """
 
     name: str  # also the consumer group id
     topics: list[str]
@@ -68,12 +122,21 @@ class StatefulProcessor(Protocol):
         ...
 
     async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
-        """Persist what can be persisted before partitions move elsewhere."""
+        """Persist what can be persisted before partitions move elsewhere, then forget them."""
         ...
 
     async def close(self) -> list[Output]:
         """Persist what can be persisted on a graceful shutdown."""
         ...
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long an infrastructure failure is retried before the service halts."""
+
+    first_delay_s: float = 0.2
+    max_delay_s: float = 10.0
+    give_up_after_s: float = 120.0
 
 
 @dataclass
@@ -83,8 +146,11 @@ class ServiceMetrics:
     consumed: int = 0
     processed: int = 0
     dead_lettered: int = 0
+    duplicates: int = 0
     produced: int = 0
     commits: int = 0
+    retries: int = 0
+    rebalances: int = 0
     started_at: float = field(default_factory=time.time)
 
     def as_dict(self) -> dict[str, float]:
@@ -93,10 +159,27 @@ class ServiceMetrics:
             "consumed": self.consumed,
             "processed": self.processed,
             "dead_lettered": self.dead_lettered,
+            "duplicates": self.duplicates,
             "produced": self.produced,
             "commits": self.commits,
+            "retries": self.retries,
+            "rebalances": self.rebalances,
             "uptime_s": round(time.time() - self.started_at, 1),
         }
+
+
+@dataclass
+class _Send:
+    """One encoded output waiting for its acknowledgement, and the record it came from."""
+
+    topic: str
+    value: bytes
+    key: bytes | None
+    source: Record | None
+
+
+class _Stopping(Exception):
+    """Raised inside the runner when a stop request interrupts a retry."""
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -123,6 +206,8 @@ class ServiceRunner:
         metrics_interval_s: float = 30.0,
         commit_interval_s: float = 0.25,
         metrics_port: int | None = None,
+        retry: RetryPolicy | None = None,
+        dedup_window: int = 10_000,
     ) -> None:
         self.processor = processor
         self.settings = settings
@@ -134,24 +219,43 @@ class ServiceRunner:
         self.commit_interval_s = commit_interval_s
         self._last_commit = 0.0
         self.metrics_port = metrics_port  # serve GET /metrics here (Prometheus text)
+        self.retry = retry or RetryPolicy()
+        self.dedup_window = dedup_window  # ids remembered per partition when dedup is on
         self.metrics = ServiceMetrics()
         # aiokafka clients must be created inside the running loop: see run().
         self.consumer: EventConsumer | None = None
         self.producer: EventProducer | None = None
         self._stop = asyncio.Event()
-        self._next: dict[TopicPartition, int] = {}  # next offset after the last processed record
+        self._lock = asyncio.Lock()  # one record, a flush or a rebalance at a time
+        self._owned: set[TopicPartition] = set()  # assigned and not revoked since
+        self._acked: dict[TopicPartition, int] = {}  # next offset; its outputs are acknowledged
         self._committed: dict[TopicPartition, int] = {}
+        self._sends: list[_Send] = []  # outputs handled but not yet acknowledged
+        self._positions: dict[TopicPartition, int] = {}  # what _sends' acks will let us commit
+        self._windows: dict[TopicPartition, DedupWindow] = {}
+        self._resume: dict[TopicPartition, int] = {}  # below this offset: dedup warm-up only
         self._stateful = isinstance(processor, StatefulProcessor)
+        self._dedup = bool(getattr(processor, "dedup", False))
         self.ready = asyncio.Event()  # set once partitions are first assigned
+        from runtime.metrics_http import ServiceMetricsExporter
+
+        self.exporter = ServiceMetricsExporter(self.processor.name, self.metrics_snapshot)
+        self._process_seconds = self.exporter.process_seconds
 
     def stop(self) -> None:
         """Ask the runner to finish the current batch, flush, commit and exit."""
         self._stop.set()
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
-        """Consume until stop() or SIGTERM/SIGINT, then shut down gracefully."""
+        """Consume until stop() or SIGTERM/SIGINT, then shut down gracefully.
+
+        Raises ServiceHalted when an infrastructure failure outlasts the retry policy.
+        """
         loop = asyncio.get_running_loop()
-        self.consumer = EventConsumer(self.settings, list(self.processor.topics), self.group_id)
+        self.consumer = EventConsumer(
+            self.settings, list(self.processor.topics), self.group_id,
+            co_partitioned=bool(getattr(self.processor, "co_partitioned", False)),
+        )  # fmt: skip
         self.producer = EventProducer(self.settings)
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -161,28 +265,18 @@ class ServiceRunner:
         if self.metrics_port is not None:
             from runtime.metrics_http import MetricsServer
 
-            metrics_server = await MetricsServer(
-                self.processor.name, self.metrics_snapshot, self.metrics_port
-            ).start()
+            metrics_server = await MetricsServer(self.exporter, self.metrics_port).start()
+        clean = False
         try:
             self.consumer.raw.subscribe(list(self.processor.topics), listener=_Rebalance(self))
             await self.consumer.start()
-            last_metrics = time.monotonic()
-            while not self._stop.is_set():
-                records = await self.consumer.getmany(timeout_ms=self.poll_timeout_ms)
-                outputs = await self._handle(records)
-                if self._stateful:
-                    outputs += await self.processor.tick()
-                await self._emit(outputs)
-                if time.monotonic() - self._last_commit >= self.commit_interval_s:
-                    await self._commit()
-                if time.monotonic() - last_metrics >= self.metrics_interval_s:
-                    last_metrics = time.monotonic()
-                    self.log_metrics()
-            if self._stateful:
-                await self._emit(await self.processor.close())
-            await self._commit()
+            await self._loop()
+            await self._shutdown()
+            clean = True
+        except ServiceHalted:
+            await self._commit()  # only what is acknowledged; the failing record is re-read
             self.log_metrics()
+            raise
         finally:
             if install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
@@ -190,73 +284,335 @@ class ServiceRunner:
             if metrics_server:
                 await metrics_server.stop()
             await self.consumer.stop()
-            await self.producer.stop()
+            # After a failure, a failed flush must not replace the error that stopped us.
+            await (self.producer.stop() if clean else self.producer.abort())
+
+    async def _loop(self) -> None:
+        last_metrics = time.monotonic()
+        wants = getattr(self.processor, "wants", None)
+        paused = False
+        try:
+            while not self._stop.is_set():
+                limit = wants() if wants is not None else None
+                if (
+                    limit == 0
+                ):  # the processor is full: keep polling (and heartbeating), fetch nothing
+                    self.consumer.raw.pause(*self.consumer.raw.assignment())
+                    paused = True
+                elif paused:
+                    self.consumer.raw.resume(*self.consumer.raw.assignment())
+                    paused = False
+                records = await self.consumer.getmany(
+                    timeout_ms=self.poll_timeout_ms, max_records=limit or None
+                )
+                for record in records:
+                    await self._handle(record)
+                if self._stateful:
+                    await self._retrying("tick", self._tick_once)
+                await self._retrying("send", self._flush_once)
+                if time.monotonic() - self._last_commit >= self.commit_interval_s:
+                    await self._commit()
+                if time.monotonic() - last_metrics >= self.metrics_interval_s:
+                    last_metrics = time.monotonic()
+                    self.log_metrics()
+        except _Stopping:
+            log.info(
+                "%s: stopping during a retry; the record is re-read later", self.processor.name
+            )
+
+    async def _shutdown(self) -> None:
+        if self._stateful:
+            async with self._lock:
+                try:
+                    self._stage_outputs(await self.processor.close(), None)
+                except InfrastructureError as exc:  # its low-watermark still holds what is lost
+                    log.error(
+                        "%s: close failed, nothing more committed: %s", self.processor.name, exc
+                    )
+        try:
+            await self._retrying("send", self._flush_once, stoppable=False)
+        except ServiceHalted as exc:
+            log.error("%s: %s", self.processor.name, exc)
+        await self._commit()
+        self.log_metrics()
 
     def lag(self) -> int:
         """Return how many records of the assigned partitions are not yet processed."""
         if self.consumer is None:
             return 0
         total = 0
-        for tp, nxt in self._next.items():
-            hw = self.consumer.raw.highwater(tp) if tp in self.consumer.raw.assignment() else None
+        assignment = self.consumer.raw.assignment()
+        for tp, nxt in list(self._acked.items()):
+            hw = self.consumer.raw.highwater(tp) if tp in assignment else None
             if hw is not None:
                 total += max(0, hw - nxt)
         return total
 
+    def positions(self) -> dict[int, int]:
+        """Return, per partition number, the next offset whose outputs are acknowledged."""
+        return {tp.partition: offset for tp, offset in self._acked.items()}
+
     def metrics_snapshot(self) -> dict[str, float]:
-        """Return the counters plus the current lag."""
-        return {**self.metrics.as_dict(), "lag": self.lag()}
+        """Return the counters, the current lag, and the processor's own stats (if any)."""
+        stats = getattr(self.processor, "stats", None)
+        extra = stats() if callable(stats) else {}
+        return {**extra, **self.metrics.as_dict(), "lag": self.lag()}
 
     def log_metrics(self) -> None:
         """Write one structured metrics line."""
         line = {"service": self.processor.name, **self.metrics_snapshot()}
         log.info("metrics %s", orjson.dumps(line).decode())
 
-    async def _handle(self, records: list[Record]) -> list[Output]:
-        outputs: list[Output] = []
-        for record in records:
-            self.metrics.consumed += 1
-            if record.event is None:
-                outputs.append(
-                    self._dead_letter(record, "decode", record.decode_error or "undecodable")
-                )
-            else:
-                try:
-                    outputs.extend(await self.processor.process(record))
-                    self.metrics.processed += 1
-                except Exception as exc:  # a bad record must not stop the stream
-                    reason = f"{type(exc).__name__}: {exc}"
-                    log.warning("dead-lettering %s:%d@%d: %s", record.topic, record.partition,
-                                record.offset, reason)  # fmt: skip
-                    tb = traceback.format_exc(limit=3)
-                    outputs.append(self._dead_letter(record, "process", f"{reason}\n{tb}"))
-            self._next[record.tp] = record.offset + 1
-        return outputs
+    # -- records ------------------------------------------------------------------------
+    async def _handle(self, record: Record) -> None:
+        """Process one record into staged outputs, retrying infrastructure failures."""
+        try:
+            await self._handle_once(record)
+        except InfrastructureError as exc:  # rare: only now pay for the retry machinery
+            what = f"{record.topic}[{record.partition}]@{record.offset}"
+            await self._retrying(what, lambda: self._handle_once(record), failed=exc)
 
-    def _dead_letter(self, record: Record, kind: str, reason: str) -> Output:
+    async def _handle_once(self, record: Record) -> None:
+        async with self._lock:
+            tp = record.tp
+            if tp not in self._owned:
+                return  # revoked since it was fetched: its new owner reads it
+            if record.offset < self._resume.get(tp, -1):
+                self._remember(record)  # before the committed offset: handled already
+                return
+            started = time.perf_counter()
+            sends = await self._process(record)
+            self._process_seconds.observe(time.perf_counter() - started)
+            self.metrics.consumed += 1
+            self._sends.extend(sends)
+            self._positions[tp] = record.offset + 1
+
+    async def _process(self, record: Record) -> list[_Send]:
+        """Return the encoded outputs of one record, or its dead letter."""
+        if record.event is None:
+            return [self._dead_letter(record, "decode", record.decode_error or "undecodable")]
+        window = self._windows.get(record.tp)
+        dedup_id = record.event.dedup_id() if window is not None else None
+        if dedup_id is not None and dedup_id in window:
+            self.metrics.duplicates += 1
+            return []
+        try:
+            outputs = await self.processor.process(record)
+        except InfrastructureError:
+            raise
+        except Exception as exc:  # a bad record must not stop the stream
+            reason = f"{type(exc).__name__}: {exc}"
+            log.warning("dead-lettering %s[%d]@%d: %s", record.topic, record.partition,
+                        record.offset, reason[:300])  # fmt: skip
+            tb = traceback.format_exc(limit=3)
+            return [self._dead_letter(record, "process", f"{reason}\n{tb}")]
+        sends, problem = self._encode(outputs, record)
+        if dedup_id is not None:
+            window.add(dedup_id)
+        if problem:
+            log.warning("dead-lettering %s[%d]@%d: %s", record.topic, record.partition,
+                        record.offset, problem[:300])  # fmt: skip
+            return [self._dead_letter(record, "output", problem)]
+        self.metrics.processed += 1
+        return sends
+
+    def _remember(self, record: Record) -> None:
+        window = self._windows.get(record.tp)
+        if window is not None and record.event is not None:
+            window.add(record.event.dedup_id())
+            remember = getattr(self.processor, "remember", None)
+            if remember is not None:
+                remember(record)
+
+    def _encode(self, outputs: object, source: Record | None) -> tuple[list[_Send], str | None]:
+        """Validate and encode outputs; return them, or the reason they cannot be sent."""
+        if not isinstance(outputs, list | tuple):
+            return [], f"the processor returned {type(outputs).__name__}, not a list of Output"
+        sends: list[_Send] = []
+        for out in outputs:
+            if not isinstance(out, Output):
+                return [], f"the processor returned a {type(out).__name__}, not an Output"
+            try:
+                spec = topic(out.topic)
+            except ConfigError as exc:
+                return [], f"output to an unknown topic: {exc}"
+            if not isinstance(out.event, spec.event_type):
+                return [], (
+                    f"output to {out.topic} is a {type(out.event).__name__}; "
+                    f"{out.topic} takes {spec.event_type.__name__}"
+                )
+            try:
+                value = encode(out.event)
+            except Exception as exc:  # a field holding something msgpack cannot carry
+                return [], f"output to {out.topic} does not encode: {type(exc).__name__}: {exc}"
+            key = out.key if out.key is not None else spec.key_of(out.event)
+            size = len(value) + len(key or b"") + _RECORD_OVERHEAD
+            if size > self.settings.max_request_size:
+                return [], (
+                    f"output to {out.topic} is {size} bytes, over the request limit of "
+                    f"{self.settings.max_request_size}"
+                )
+            sends.append(_Send(out.topic, value, key, source))
+        return sends, None
+
+    def _stage_outputs(self, outputs: object, source: Record | None) -> None:
+        """Stage outputs that come from no record (tick, close, revoke)."""
+        sends, problem = self._encode(outputs, source)
+        if problem:
+            log.error("%s: unsendable output dead-lettered: %s", self.processor.name, problem)
+            sends = [self._dead_letter_orphan(outputs, problem)]
+        self._sends.extend(sends)
+
+    def _dead_letter(self, record: Record, kind: str, reason: str) -> _Send:
+        """Return a bounded dead letter for a record."""
         self.metrics.dead_lettered += 1
+        value = record.value or b""
         event = DeadLetter(
             source_topic=record.topic,
             partition=record.partition,
             offset=record.offset,
-            error=reason,
+            error=reason[:_DEAD_LETTER_ERROR_CAP],
             error_type=kind,
             service=self.processor.name,
-            original_key=record.key,
-            original_value=record.value,
+            original_key=record.key[:_DEAD_LETTER_KEY_CAP] if record.key else record.key,
+            original_value=value[:DEAD_LETTER_VALUE_CAP] if record.value is not None else None,
+            original_size=len(value),
+            original_sha256=hashlib.sha256(value).hexdigest(),
+            truncated=len(value) > DEAD_LETTER_VALUE_CAP,
         )
-        return Output(DEAD_LETTER, event, record.key)
+        key = record.key[:_DEAD_LETTER_KEY_CAP] if record.key else record.key
+        return _Send(DEAD_LETTER, encode(event), key, None)
 
-    async def _emit(self, outputs: list[Output]) -> None:
-        if not outputs:
-            return
-        futures = [await self.producer.send(o.topic, o.event, o.key) for o in outputs]
-        await self.producer.wait_acks(futures)
-        self.metrics.produced += len(outputs)
+    def _dead_letter_orphan(self, outputs: object, reason: str) -> _Send:
+        """Return a bounded dead letter for outputs no record produced."""
+        self.metrics.dead_lettered += 1
+        text = repr(outputs).encode(errors="replace")
+        event = DeadLetter(
+            source_topic="",
+            partition=-1,
+            offset=-1,
+            error=reason[:_DEAD_LETTER_ERROR_CAP],
+            error_type="output",
+            service=self.processor.name,
+            original_value=text[:DEAD_LETTER_VALUE_CAP],
+            original_size=len(text),
+            original_sha256=hashlib.sha256(text).hexdigest(),
+            truncated=len(text) > DEAD_LETTER_VALUE_CAP,
+        )
+        return _Send(DEAD_LETTER, encode(event), None, None)
 
+    # -- sending ------------------------------------------------------------------------
+    async def _tick_once(self) -> bool:
+        async with self._lock:
+            self._stage_outputs(await self.processor.tick(), None)
+        return True
+
+    async def _flush_once(self) -> bool:
+        async with self._lock:
+            await self._flush_locked()
+        return True
+
+    async def _flush_locked(self) -> None:
+        """Send staged outputs, wait for every ack, then let their positions be committed.
+
+        A send the broker refuses for the record itself (too large) becomes a dead letter of
+        the source record; any other failure raises BrokerError with the unsent outputs kept.
+        """
+        while self._sends:
+            sends, self._sends = self._sends, []
+            futures: list[asyncio.Future] = []
+            failure: BaseException | None = None
+            for s in sends:
+                try:
+                    futures.append(await self.producer.send_raw(s.topic, s.value, s.key))
+                except BrokerError as exc:  # the send buffer stayed full: the broker is away
+                    failure = exc
+                    break
+            unsent = sends[len(futures) :]
+            sends = sends[: len(futures)]
+            try:
+                results = await asyncio.wait_for(
+                    asyncio.gather(*futures, return_exceptions=True),
+                    self.settings.request_timeout_ms / 1000 + 5,
+                )
+            except TimeoutError:
+                results = [BrokerError("no acknowledgement in time")] * len(sends)
+            again: list[_Send] = []
+            for s, result in zip(sends, results, strict=True):
+                if not isinstance(result, BaseException):
+                    self.metrics.produced += 1
+                elif not isinstance(result, _RECORD_LEVEL_ERRORS):
+                    again.append(s)  # the broker's fault: send it again after a backoff
+                    failure = result
+                elif s.topic == DEAD_LETTER:
+                    log.error("%s: the broker refused a dead letter (%r); its record stays "
+                              "in %s", self.processor.name, result, s.topic)  # fmt: skip
+                else:
+                    reason = f"the broker refused an output to {s.topic}: {result!r}"
+                    if s.source is not None:
+                        again.append(self._dead_letter(s.source, "output", reason))
+                    else:
+                        again.append(self._dead_letter_orphan(s.value[:1024], reason))
+            self._sends = again + unsent + self._sends
+            if failure is not None:
+                raise BrokerError(f"sending {len(again) + len(unsent)} records failed: {failure!r}")
+        for tp, position in self._positions.items():
+            if tp in self._owned:
+                self._acked[tp] = position
+        self._positions.clear()
+
+    async def _retrying(
+        self,
+        what: str,
+        attempt,  # noqa: ANN001 - an async callable
+        *,
+        stoppable: bool = True,
+        failed: InfrastructureError | None = None,
+    ) -> None:
+        """Run `attempt` until it succeeds, backing off on InfrastructureError.
+
+        `failed` is a failure of an attempt the caller already made. The lock is not held
+        while waiting, so a rebalance is not held up by an outage.
+        """
+        started: float | None = None
+        delay = self.retry.first_delay_s
+        failure = failed
+        while True:
+            if failure is None:
+                try:
+                    await attempt()
+                    return
+                except InfrastructureError as exc:
+                    failure = exc
+            now = time.monotonic()
+            started = started if started is not None else now
+            if now - started >= self.retry.give_up_after_s:
+                raise ServiceHalted(
+                    f"{self.processor.name}: {what}: {failure} "
+                    f"(still failing after {now - started:.0f} s of retries)"
+                ) from failure
+            self.metrics.retries += 1
+            log.warning("%s: %s failed (%s); retrying in %.1f s", self.processor.name, what,
+                        failure, delay)  # fmt: skip
+            if stoppable:
+                try:
+                    await asyncio.wait_for(self._stop.wait(), delay)
+                except TimeoutError:
+                    pass
+                if self._stop.is_set():
+                    raise _Stopping()
+            else:
+                await asyncio.sleep(delay)
+            delay = min(delay * 2, self.retry.max_delay_s)
+            failure = None
+
+    # -- commits and rebalances ---------------------------------------------------------
     def _commit_offsets(self) -> dict[TopicPartition, int]:
         offsets: dict[TopicPartition, int] = {}
-        for tp, nxt in self._next.items():
+        assignment = self.consumer.raw.assignment()
+        for tp, nxt in self._acked.items():
+            if tp not in self._owned or tp not in assignment:
+                continue
             target = nxt
             if self._stateful:
                 held = self.processor.low_watermark(tp)
@@ -269,28 +625,64 @@ class ServiceRunner:
     async def _commit(self) -> None:
         self._last_commit = time.monotonic()
         offsets = self._commit_offsets()
-        if offsets:
+        if not offsets:
+            return
+        try:
             await self.consumer.commit(offsets)
-            self._committed.update(offsets)
-            self.metrics.commits += 1
+        except (BrokerError, KafkaError) as exc:
+            # Mid-rebalance the group refuses commits; what was not committed is re-read
+            # by whoever owns the partition next, and consumers drop duplicates by id.
+            log.warning("%s: commit not accepted (%s); re-read later", self.processor.name, exc)
+            return
+        self._committed.update(offsets)
+        self.metrics.commits += 1
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
-        if self._stateful:
-            await self._emit(await self.processor.on_revoked(revoked))
-        try:
-            await self._commit()
-        except Exception as exc:  # the group may already have moved on; re-reading is safe
-            log.warning("commit on revoke failed: %s", exc)
-        for tp in revoked:
-            self._next.pop(tp, None)
-            self._committed.pop(tp, None)
+        self.metrics.rebalances += 1
+        async with self._lock:
+            try:
+                await self._flush_locked()
+                # Commit while the processor still reports what it holds: most processors
+                # forget revoked partitions' records without persisting them, and a commit
+                # after that would skip them for the new owner. What on_revoked persists
+                # (the archiver's flush) is re-read and skipped as already written.
+                await self._commit()
+                if self._stateful:
+                    self._stage_outputs(await self.processor.on_revoked(revoked), None)
+                    await self._flush_locked()
+            except InfrastructureError as exc:
+                log.warning("%s: could not flush before a rebalance (%s); the new owner "
+                            "re-reads from the last commit", self.processor.name, exc)  # fmt: skip
+            for tp in revoked:
+                self._owned.discard(tp)
+                self._acked.pop(tp, None)
+                self._committed.pop(tp, None)
+                self._positions.pop(tp, None)
+                self._windows.pop(tp, None)
+                self._resume.pop(tp, None)
+            # Outputs of revoked partitions that could not be sent stay staged: at-least-once.
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
-        if self._stateful:
-            await self.processor.on_assigned(assigned)
+        async with self._lock:
+            self._owned |= assigned
+            if self._stateful:
+                await self.processor.on_assigned(assigned)
+            if self._dedup:
+                await self._warm_dedup(assigned)
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(assigned):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         names = " ".join(f"{t}[{','.join(map(str, ps))}]" for t, ps in by_topic.items())
         log.info("%s assigned %d partitions: %s", self.processor.name, len(assigned), names)
         self.ready.set()
+
+    async def _warm_dedup(self, assigned: set[TopicPartition]) -> None:
+        """Give each partition a window and re-read the ids just before its committed offset."""
+        for tp in assigned:
+            if topic(tp.topic).compacted:
+                continue  # there the id names the latest version: every update must pass
+            self._windows[tp] = DedupWindow(self.dedup_window)
+            committed = await self.consumer.raw.committed(tp)
+            if committed:
+                self._resume[tp] = committed
+                self.consumer.raw.seek(tp, max(0, committed - self.dedup_window))

@@ -1,4 +1,8 @@
-"""Session-wide fixtures: a real Kafka-protocol broker (Tansu) per test, and a clean SCALECUA_HOME."""
+"""Session-wide fixtures: a real Kafka-protocol broker (Tansu) per test, a clean SCALECUA_HOME,
+an S3 server and a vLLM server (started once per xdist worker that needs it; `--dist
+loadfile` keeps each file on one worker, so module fixtures such as a file's desktops start
+once).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import pytest
 
 from runtime.broker import EmbeddedBroker
 from runtime.config import BusSettings
+from tests.vllm_server import VLLM_PYTHON, SharedServer
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -64,3 +69,17 @@ def s3_endpoint() -> Iterator[str]:
             yield f"http://{host}:{port}"
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServer]:
+    """vLLM serving SmolLM2 as `policy`, shared by the session (see tests/vllm_server.py)."""
+    from runtime.policy.model import smollm2_policy
+
+    if not VLLM_PYTHON.exists():
+        pytest.skip(".venv-vllm is missing: run `bash infra/install_vllm.sh` (install.sh --dev)")
+    server = SharedServer(smollm2_policy(), tmp_path_factory.mktemp("vllm"))
+    try:
+        yield server
+    finally:
+        server.close()

@@ -26,6 +26,9 @@ __all__ = [
     "TaskStats",
     "PolicyUpdate",
     "DeadLetter",
+    "RunStarted",
+    "SynthesisRequest",
+    "SynthesisEvent",
     "SCHEMA_VERSION",
 ]
 
@@ -59,7 +62,7 @@ class TaskEvent(Event, frozen=True, kw_only=True):
     task_id: str
     task: dict[str, Any]  # the OSWorld/ScienceBoard task JSON, unchanged
     source: str = "builtin"  # "builtin", "osworld", "scienceboard", "verigen", ...
-    split: str = "train"  # "train" or "benchmark" (benchmark tasks never enter training)
+    split: str = "train"  # "train", "heldout" or "benchmark" (only train tasks are trained on)
     difficulty: float | None = None
 
     def dedup_id(self) -> str:
@@ -88,24 +91,42 @@ class RolloutRequest(Event, frozen=True, kw_only=True):
 
 
 class RolloutStep(Event, frozen=True, kw_only=True):
-    """One agent turn: the model's tokens, the parsed action and the next observation."""
+    """One agent turn: what the policy was shown, its tokens, and the action it took.
 
-    trajectory_id: str
+    The log alone re-renders the exact prompt of every turn: the system prompt (by blob ref),
+    the instruction, and per turn the screenshot (ref, at `observation_size`) and the
+    observation text (ref) the policy saw, plus every earlier turn's response ids.
+    """
+
+    trajectory_id: str  # "<request id>@<attempt token>": a retry never reuses an id
     step: int  # 0-based turn index
     task_id: str = ""
     group_id: str = ""
-    policy_version: int = 0
+    request_id: str = ""  # the rollout request's id ("<group>/<sample index>")
+    attempt: int = 0  # 0 for the first attempt at a request, 1 for a retry
+    policy_version: int = 0  # the version of the weights that generated this turn
     response_ids: list[int] = []
     response_logprobs: list[float] = []
     response_text: str = ""
     action: dict[str, Any] | None = None  # the controller's JSON action; None on a parse error
-    action_error: str | None = None
-    observation_ref: str | None = (
-        None  # blob ref ("sha256:...") of the screenshot shown before this turn
+    action_error: str | None = (
+        None  # why the response gave no action, or why the desktop refused it
     )
-    a11y_ref: str | None = None  # blob ref of the accessibility tree, when observed
+    observation_ref: str | None = None  # blob ref of the full screenshot shown before this turn
+    observation_size: list[int] = []  # [w, h] the screenshot was resized to for the policy
+    a11y_ref: str | None = None  # blob ref of the raw accessibility tree, when observed
+    observation_text_ref: str | None = None  # blob ref of the observation text shown, if any
+    instruction: str = ""  # the task instruction, as rendered
+    prompt_variant: str = ""  # "osworld", "scienceboard" or "custom"
+    system_prompt_ref: str | None = None  # blob ref of the system prompt's exact text
+    temperature: float = 1.0  # sampling settings the logprobs were taken under
+    top_p: float = 1.0
+    context_window: list[int] = []  # [K, Δ] the prompt was rendered with; [] = every observation
+    prompt_tokens: int = 0
     finish_reason: str = "stop"
-    latency_ms: float = 0.0
+    latency_ms: float = 0.0  # the whole turn
+    timings_ms: dict[str, float] = {}  # per phase: observe, render, generate, act, bus
+    worker_id: str = ""
 
     def dedup_id(self) -> str:
         """Return (trajectory, step)."""
@@ -113,19 +134,31 @@ class RolloutStep(Event, frozen=True, kw_only=True):
 
 
 class TrajectoryComplete(Event, frozen=True, kw_only=True):
-    """End of an episode, with what the judge needs to score it."""
+    """End of an episode, with what the judge needs to score it.
+
+    `artifacts["evaluation"]` is the blob ref of the evaluation manifest collected on the live
+    desktop (runtime.envs.tasks.collect); status `error` is an environment failure (the
+    desktop died twice, the engine was unreachable): it has no score and is dropped from
+    its group, never counted as a 0.
+    """
 
     trajectory_id: str
-    status: str  # "done" | "fail" | "answer" | "max_steps" | "error" | "timeout"
+    status: str  # "done" | "fail" | "answer" | "max_steps" | "error"
     num_steps: int
     task_id: str = ""
     group_id: str = ""
     group_size: int = 1
     sample_index: int = 0
-    policy_version: int = 0
+    request_id: str = ""
+    attempt: int = 0
+    max_steps: int = 0
+    policy_version: int = 0  # the version that generated the first turn
+    policy_version_last: int = 0  # ...and the last one (weights may change between turns)
     answer: str | None = None
-    artifacts: dict[str, str] = {}  # name -> blob ref of a result artifact (files, a11y tree, ...)
+    artifacts: dict[str, str] = {}  # name -> blob ref ("evaluation", "final_screenshot", ...)
     error: str | None = None
+    seconds: float = 0.0
+    worker_id: str = ""
 
     def dedup_id(self) -> str:
         """Return the trajectory id: an episode completes once."""
@@ -142,8 +175,12 @@ class Reward(Event, frozen=True, kw_only=True):
     score: float
     reason: str = ""
     judge_version: str = "v1"
-    status: str = "done"  # the trajectory's end status, so incomplete episodes get −0.2 downstream
+    status: str = "done"  # the trajectory's end status ("max_steps" scores the incomplete reward)
     policy_version: int = 0
+    scored: bool = True  # False: an environment failure with no score (drop it from the group)
+    sample_index: int = 0
+    request_id: str = ""
+    metric_score: float | None = None  # what the task's metrics said, before status rules
 
     def dedup_id(self) -> str:
         """Return (trajectory, judge version)."""
@@ -151,7 +188,11 @@ class Reward(Event, frozen=True, kw_only=True):
 
 
 class SegmentReady(Event, frozen=True, kw_only=True):
-    """A training segment of a trajectory cut by Visual Context Segmentation."""
+    """A training segment of a trajectory cut by Visual Context Segmentation.
+
+    Every response token of a trajectory has loss_mask 1 in exactly one of its segments,
+    with its rollout logprob; all segments of a trajectory share its reward (advantage).
+    """
 
     trajectory_id: str
     segment_index: int
@@ -159,10 +200,20 @@ class SegmentReady(Event, frozen=True, kw_only=True):
     loss_mask: list[int]  # 1 where the token is an assistant token trained in this segment
     logprobs: list[float]  # rollout logprobs aligned with input_ids (0.0 where loss_mask is 0)
     image_refs: list[str] = []  # blob refs of the screenshots, in prompt order
+    image_sizes: list[list[int]] = []  # [w, h] each screenshot is resized to, as rendered
     task_id: str = ""
     group_id: str = ""
-    policy_version: int = 0
+    group_size: int = 1
+    sample_index: int = 0
+    request_id: str = ""
+    policy_version: int = 0  # the oldest version that generated a trained token here
+    num_segments: int = 1  # how many segments the trajectory has
     is_last: bool = False
+    mode: str = "vcs"  # "vcs", "stepwise" or "trajectory"
+    temperature: float = 1.0  # the logprobs were taken at this temperature and top-p
+    top_p: float = 1.0
+    trained_tokens: int = 0  # tokens with loss_mask 1
+    sampled: bool = True  # False: the responses were scripted, not sampled (no logprobs; SFT only)
 
     def dedup_id(self) -> str:
         """Return (trajectory, segment index)."""
@@ -175,9 +226,14 @@ class TaskStats(Event, frozen=True, kw_only=True):
     task_id: str
     ema_pass_rate: float
     weight: float
-    attempts: int
-    last_score: float | None = None
+    attempts: int  # groups counted (environment failures are no attempt)
+    last_score: float | None = None  # the last group's mean score
     policy_version: int = 0
+    state: str = "active"  # "active" (in the pool) or "excluded" (outside [p_min, p_max])
+    initial_pass_rate: float | None = None  # after the first group (the initial pass)
+    rollouts: int = 0  # scored rollouts counted
+    successes: int = 0  # ...of which succeeded
+    last_group_id: str = ""
 
     def dedup_id(self) -> str:
         """Return the task id: the latest stats win."""
@@ -203,11 +259,83 @@ class DeadLetter(Event, frozen=True, kw_only=True):
     partition: int
     offset: int
     error: str  # a readable reason
-    error_type: str  # "decode" | "process" | "produce"
+    error_type: str  # "decode" | "process" | "output" (the processor's output was unsendable)
     service: str = ""
     original_key: bytes | None = None
-    original_value: bytes | None = None
+    original_value: bytes | None = None  # the record's bytes, cut to a bound (see truncated)
+    original_size: int = 0  # length of the original value before any cut
+    original_sha256: str = ""  # hex sha256 of the whole original value
+    truncated: bool = False  # original_value holds only the first bytes
 
     def dedup_id(self) -> str:
         """Return (source topic, partition, offset, service)."""
         return f"{self.source_topic}:{self.partition}:{self.offset}:{self.service}"
+
+
+class RunStarted(Event, frozen=True, kw_only=True):
+    """The first record of a log incarnation (`runs`): names the run its records belong to.
+
+    An in-memory broker restarts its offsets at 0, so (topic, partition, offset) identifies a
+    record only together with the run; the archive keeps each run apart by this id.
+    """
+
+    run_id: str  # sortable: "<UTC yyyymmddThhmmssZ>-<6 hex>"
+    origin: str = "embedded"  # "embedded" (a broker started here) or "cluster"
+    resumed_from: str | None = None  # the archived run whose state was re-seeded into this one
+    seeded: dict[str, int] = {}  # topic -> records re-seeded from that run
+
+    def dedup_id(self) -> str:
+        """Return the run id."""
+        return self.run_id
+
+
+class SynthesisRequest(Event, frozen=True, kw_only=True):
+    """One VeriGen candidate to synthesise (`synthesis-requests`): an app and the loop's switches.
+
+    The switches travel with the request, so every worker of the group runs a run's ablation
+    the same way; `mode` and `seed` let later synthesis modes add their own input.
+    """
+
+    request_id: str  # "<run id>/<index>"
+    run_id: str = ""
+    app: str = "terminal"  # a knowledge document: terminal, mousepad, calc, writer
+    hint: str = ""  # a theme the proposer starts from (free text)
+    mode: str = "explore"  # "explore": from the app's knowledge document and a live observation
+    seed: dict[str, Any] = {}  # mode-specific input
+    max_rounds: int = 3  # validate/judge/check rounds, with a fix between two of them
+    use_validator: bool = True  # the ablation switches
+    use_judger: bool = True
+    use_fixer: bool = True
+    use_checker: bool = True
+
+    def dedup_id(self) -> str:
+        """Return the request id: a request is synthesised once."""
+        return self.request_id
+
+
+class SynthesisEvent(Event, frozen=True, kw_only=True):
+    """One stage of the VeriGen loop for one candidate (`synthesis`); a run replays from these.
+
+    Stages: propose, validate, judge, check, fix, then exactly one final stage: accepted,
+    rejected or failed (the loop itself could not go on: model or desktops unavailable).
+    """
+
+    candidate_id: str  # "<request id>@<attempt token>": a redelivered request never reuses one
+    request_id: str
+    stage: str
+    round: int = 0
+    run_id: str = ""
+    app: str = ""
+    ok: bool = True  # the stage's own verdict (validation passed, judge accepted, ...)
+    final: bool = False
+    reasons: list[str] = []  # readable findings, never empty when a final stage is not accepted
+    candidate: dict[str, Any] | None = None  # the candidate as of this stage (accepted: the task)
+    detail: dict[str, Any] = {}  # the stage's record: validation report, verdict, checker steps
+    task_id: str = ""  # the accepted task's id (stage "accepted")
+    usage: dict[str, float] = {}  # calls, prompt_tokens, completion_tokens, cost_usd, llm_seconds
+    seconds: float = 0.0  # wall time of the stage
+    worker_id: str = ""
+
+    def dedup_id(self) -> str:
+        """Return (candidate, round, stage)."""
+        return f"{self.candidate_id}:{self.round}:{self.stage}"

@@ -9,7 +9,10 @@ from topics.events import (
     Reward,
     RolloutRequest,
     RolloutStep,
+    RunStarted,
     SegmentReady,
+    SynthesisEvent,
+    SynthesisRequest,
     TaskEvent,
     TaskStats,
     TrajectoryComplete,
@@ -25,6 +28,7 @@ def example_event(topic_name: str) -> Event:
     """Return a valid, realistic example event for a registered topic."""
     event_type = topic(topic_name).event_type
     examples: dict[type[Event], Event] = {
+        RunStarted: RunStarted(run_id="20261122T181923Z-3fa2c1", origin="embedded"),
         TaskEvent: TaskEvent(
             task_id="mousepad-hello",
             task={
@@ -85,6 +89,24 @@ def example_event(topic_name: str) -> Event:
             task_id="mousepad-hello", ema_pass_rate=0.45, weight=0.98, attempts=16, last_score=1.0
         ),
         PolicyUpdate: PolicyUpdate(policy_version=4, checkpoint_uri="file:///var/ckpt/v4"),
+        SynthesisRequest: SynthesisRequest(
+            request_id="20261122T181923Z-3fa2c1/0",
+            run_id="20261122T181923Z-3fa2c1",
+            app="mousepad",
+            hint="a shopping list",
+        ),
+        SynthesisEvent: SynthesisEvent(
+            candidate_id="20261122T181923Z-3fa2c1/0@0a1b2c3",
+            request_id="20261122T181923Z-3fa2c1/0",
+            stage="validate",
+            round=0,
+            app="mousepad",
+            ok=False,
+            reasons=[
+                "the untouched desktop already scores 1.0: the task is solved before the agent acts"
+            ],
+            usage={"calls": 0.0, "cost_usd": 0.0},
+        ),
         DeadLetter: DeadLetter(
             source_topic="reward",
             partition=0,

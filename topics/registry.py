@@ -12,13 +12,16 @@ from topics.events import (
     Reward,
     RolloutRequest,
     RolloutStep,
+    RunStarted,
     SegmentReady,
+    SynthesisEvent,
+    SynthesisRequest,
     TaskEvent,
     TaskStats,
     TrajectoryComplete,
 )
 
-__all__ = ["TopicSpec", "TOPICS", "topic", "topic_names", "DEAD_LETTER"]
+__all__ = ["TopicSpec", "TOPICS", "topic", "topic_names", "DEAD_LETTER", "RUNS"]
 
 
 @dataclass(frozen=True)
@@ -27,41 +30,66 @@ class TopicSpec:
 
     name: str
     event_type: type[Event]
-    key_field: str | None  # the event field used as the record key; None = no key
+    # The event field used as the record key (several: the first non-empty one); None = no key.
+    key_field: str | tuple[str, ...] | None
     partitions: int = 4
     compacted: bool = False
     description: str = ""
+    retain_forever: bool = False  # never delete by age (Kafka's retention.ms = -1)
+    # What a resumed run re-seeds from the archive: "per-key" (the latest event of each key),
+    # "last" (the newest event), or None (nothing: the topic starts empty).
+    reseed: str | None = None
 
     def key_of(self, event: Event) -> bytes | None:
         """Return the record key for an event of this topic."""
         if self.key_field is None:
             return None
-        return str(getattr(event, self.key_field)).encode()
+        fields = (self.key_field,) if isinstance(self.key_field, str) else self.key_field
+        for name in fields:
+            value = str(getattr(event, name))
+            if value:
+                return value.encode()
+        return b""
 
     def configs(self) -> dict[str, str]:
         """Return the topic configs to create it with."""
-        return {"cleanup.policy": "compact"} if self.compacted else {}
+        configs = {"cleanup.policy": "compact"} if self.compacted else {}
+        if self.retain_forever:
+            configs["retention.ms"] = "-1"
+        return configs
 
 
 DEAD_LETTER = "dead-letter"
+RUNS = "runs"
+_BY_REQUEST = ("request_id", "trajectory_id")
 
 TOPICS: dict[str, TopicSpec] = {
     spec.name: spec
     for spec in (
-        TopicSpec("tasks", TaskEvent, "task_id", 4, True, "task JSON + metadata"),
+        TopicSpec(RUNS, RunStarted, "run_id", 1, False, "log incarnations", True),
+        TopicSpec("tasks", TaskEvent, "task_id", 4, True, "task JSON + metadata", reseed="per-key"),
         TopicSpec(
             "rollout-requests", RolloutRequest, "group_id", 8, False, "one record per rollout"
         ),
+        # Keyed by request: every attempt at a request lands, in order, in one partition, and a
+        # trajectory's steps and its completion share the partition number (co-partitioned).
+        TopicSpec("rollout-step", RolloutStep, _BY_REQUEST, 8, False, "one record per agent turn"),
         TopicSpec(
-            "rollout-step", RolloutStep, "trajectory_id", 8, False, "one record per agent turn"
-        ),
-        TopicSpec(
-            "trajectory-complete", TrajectoryComplete, "trajectory_id", 8, False, "end of episode"
+            "trajectory-complete", TrajectoryComplete, _BY_REQUEST, 8, False, "end of episode"
         ),
         TopicSpec("reward", Reward, "trajectory_id", 4, False, "judge scores"),
         TopicSpec("segment-ready", SegmentReady, "trajectory_id", 8, False, "training segments"),
-        TopicSpec("task-stats", TaskStats, "task_id", 4, True, "Frontier Sampling state"),
-        TopicSpec("policy-updates", PolicyUpdate, None, 1, False, "new checkpoints"),
+        TopicSpec(
+            "task-stats", TaskStats, "task_id", 4, True, "Frontier Sampling state", reseed="per-key"
+        ),
+        TopicSpec("policy-updates", PolicyUpdate, None, 1, False, "new checkpoints", reseed="last"),
+        TopicSpec(
+            "synthesis-requests", SynthesisRequest, "request_id", 8, False, "VeriGen work items"
+        ),
+        # Keyed by candidate: one candidate's stages stay in order in one partition.
+        TopicSpec(
+            "synthesis", SynthesisEvent, "candidate_id", 4, False, "VeriGen loop stages", True
+        ),
         TopicSpec(DEAD_LETTER, DeadLetter, "source_topic", 1, False, "unprocessable records"),
     )
 }

@@ -13,6 +13,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from runtime.cli.settings import apply_config, config_path, load_config
 from runtime.errors import ScaleCUAError
 
 __all__ = ["build_parser", "main"]
@@ -22,7 +23,15 @@ _AREAS = (
     "runtime.cli.desktop_commands",
     "runtime.cli.task_commands",
     "runtime.cli.policy_commands",
+    "runtime.cli.rollout_commands",
+    "runtime.cli.train_commands",
+    "runtime.cli.segment_commands",
+    "runtime.cli.sample_commands",
     "runtime.cli.up_commands",
+    "runtime.cli.eval_commands",
+    "runtime.cli.dashboard_commands",
+    "runtime.cli.verigen_commands",
+    "runtime.cli.settings",
 )
 
 
@@ -34,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"scalecua {_version()}")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument(
+        "--config", default=None, metavar="FILE",
+        help="TOML settings (default: $SCALECUA_CONFIG, else ./scalecua.toml if present)",
+    )  # fmt: skip
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _AREAS:
         importlib.import_module(name).register(sub)
@@ -43,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `scalecua` command line and return its exit code."""
     parser = build_parser()
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--config", default=None)
+    known, _ = pre.parse_known_args(argv)
+    try:
+        apply_config(parser, load_config(config_path(known.config), parser))
+    except ScaleCUAError as exc:
+        print(f"scalecua: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

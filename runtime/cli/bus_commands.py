@@ -18,6 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--port", type=int, default=None, help="listen port (default: 9092, else a free one)"
     )
+    _resume_args(p)
     p.set_defaults(func=_broker)
 
     p = subparsers.add_parser("topics", help="list or create the registry's topics")
@@ -82,8 +83,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--since-ms", type=int, default=None, help="only records at/after this timestamp"
     )
     p.add_argument("--until-ms", type=int, default=None, help="only records before this timestamp")
+    p.add_argument(
+        "--run", default=None,
+        help="only this run (log incarnation; `latest` = the newest); default: every run",
+    )  # fmt: skip
     _bootstrap_arg(p)
     p.set_defaults(func=_replay)
+
+
+def _resume_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--resume", nargs="?", const="latest", default=None, metavar="RUN",
+        help="re-seed the new log from an archived run (default the latest): tasks, "
+        "task-stats and the last policy update",
+    )  # fmt: skip
+    p.add_argument(
+        "--resume-archive", default=None, metavar="DIR",
+        help="archive to resume from (default $SCALECUA_HOME/archive)",
+    )  # fmt: skip
 
 
 def _bootstrap_arg(p: argparse.ArgumentParser) -> None:
@@ -106,7 +123,7 @@ def _run(coro) -> int:  # noqa: ANN001 - a coroutine returning an exit code
 def _broker(args: argparse.Namespace) -> int:
     from runtime.cli.bus_tools import run_broker
 
-    return _run(run_broker(args.port))
+    return _run(run_broker(args.port, args.resume, args.resume_archive))
 
 
 def _topics_list(args: argparse.Namespace) -> int:
@@ -142,6 +159,7 @@ def _produce(args: argparse.Namespace) -> int:
 def _archive(args: argparse.Namespace) -> int:
     from consumers.archiver.service import Archiver, ArchiverConfig
     from runtime.config import BusSettings
+    from runtime.runs import run_resolver
     from runtime.service import ServiceRunner
     from topics.registry import topic, topic_names
 
@@ -154,8 +172,9 @@ def _archive(args: argparse.Namespace) -> int:
     )  # fmt: skip
     if "://" not in args.dir:
         os.makedirs(args.dir, exist_ok=True)
+    settings = BusSettings.from_env(args.bootstrap)
     runner = ServiceRunner(
-        Archiver(config), BusSettings.from_env(args.bootstrap), metrics_interval_s=10
+        Archiver(config, run_resolver(settings)), settings, metrics_interval_s=10
     )
     print(f"archiving {len(names)} topics to {args.dir} (group {args.group})", file=sys.stderr)
     return _run(runner.run())
@@ -168,6 +187,6 @@ def _replay(args: argparse.Namespace) -> int:
         replay(
             args.topic, args.out, bootstrap=args.bootstrap, archive=args.archive,
             partitions=args.partitions, start_offset=args.start_offset, end_offset=args.end_offset,
-            since_ms=args.since_ms, until_ms=args.until_ms,
+            since_ms=args.since_ms, until_ms=args.until_ms, run=args.run,
         )
     )  # fmt: skip

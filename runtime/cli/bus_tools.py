@@ -25,16 +25,46 @@ def _err(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-async def run_broker(port: int | None) -> int:
+async def start_embedded(
+    port: int | None, resume: str | None, archive: str | None
+) -> tuple[EmbeddedBroker, dict[str, int]]:
+    """Start the embedded broker as a new run, or as the resumption of an archived run.
+
+    `resume` is a run id of the archive, or "latest"; the log is re-seeded from it before
+    the new run is recorded (see runtime/runs.py). Returns the broker and the counts seeded.
+    """
+    from runtime.config import home_dir
+    from runtime.runs import ensure_run, reseed_from_archive
+
+    broker = EmbeddedBroker(port if port is not None else default_port())
+    await broker.start(record_run=resume is None)
+    if resume is None:
+        return broker, {}
+    try:
+        settings = BusSettings(bootstrap=broker.bootstrap)
+        archive = archive or str(home_dir() / "archive")
+        source, seeded = await reseed_from_archive(
+            settings, archive, None if resume == "latest" else resume
+        )
+        run = await ensure_run(settings, origin="embedded", resumed_from=source, seeded=seeded)
+    except BaseException:
+        broker.stop()
+        raise
+    broker.run_id = run.run_id
+    counts = ", ".join(f"{n} {t}" for t, n in seeded.items()) or "nothing"
+    _err(f"run {run.run_id} resumes {source} from {archive}: re-seeded {counts}")
+    return broker, seeded
+
+
+async def run_broker(
+    port: int | None, resume: str | None = None, archive: str | None = None
+) -> int:
     """Run the embedded broker until SIGINT/SIGTERM, recording its address for other commands."""
-    if port is None:
-        port = default_port()
-    broker = EmbeddedBroker(port)
-    await broker.start()
+    broker, _ = await start_embedded(port, resume, archive)
     state = broker_state_file()
     state.write_bytes(orjson.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()}))
     print(broker.bootstrap, flush=True)
-    _err(f"broker ready at {broker.bootstrap} with {len(TOPICS)} topics; "
+    _err(f"broker ready at {broker.bootstrap} with {len(TOPICS)} topics, run {broker.run_id}; "
          f"export SCALECUA_BOOTSTRAP={broker.bootstrap} (Ctrl-C stops it)")  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -88,9 +118,15 @@ async def topics_list(bootstrap: str | None) -> int:
 async def topics_create(
     bootstrap: str | None, names: list[str] | None, replication: int = 1
 ) -> int:
-    """Create missing registry topics and say which."""
-    created = await create_topics(resolve_bootstrap(bootstrap), names, replication)
+    """Create missing registry topics, name the log's run if it has none, and say which."""
+    from runtime.runs import ensure_run
+
+    boot = resolve_bootstrap(bootstrap)
+    created = await create_topics(boot, names, replication)
     _err(f"created {len(created)} topics: {', '.join(created) or '(all existed)'}")
+    if names is None or "runs" in names:
+        run = await ensure_run(BusSettings(bootstrap=boot), origin="cluster")
+        _err(f"the log's run: {run.run_id}")
     return 0
 
 
@@ -184,21 +220,35 @@ async def replay(
     end_offset: int | None,
     since_ms: int | None,
     until_ms: int | None,
+    run: str | None = None,
 ) -> int:
     """Copy a topic range from the live log or the archive to one Parquet file."""
+    from runtime.archive.store import ArchiveStore
     from runtime.replay import (
+        ReplayIncomplete,
         collect_live,
         filter_time,
         read_archive,
         records_to_table,
         write_table,
     )
+    from runtime.runs import current_run
 
     topic(topic_name)
     if archive:
+        runs = None
+        if run is not None:
+            known = await asyncio.to_thread(ArchiveStore(archive).runs)
+            if run == "latest":
+                run = known[-1] if known else run
+            if run not in known:
+                raise ConfigError(
+                    f"no run {run!r} in {archive}; runs there: {', '.join(known) or 'none'}"
+                )
+            runs = [run]
         table = await asyncio.to_thread(
             read_archive, archive, topic_name, partitions=partitions,
-            start_offset=start_offset, end_offset=end_offset,
+            start_offset=start_offset, end_offset=end_offset, runs=runs,
         )  # fmt: skip
         bad = 0
     else:
@@ -212,11 +262,20 @@ async def replay(
         def progress(n: int) -> None:
             _err(f"\rreplayed {n} records")
 
-        records, bad = await collect_live(
-            BusSettings.from_env(bootstrap), topic_name, progress, partitions=partitions,
-            start_offset=start_offset, end_offset=end_offset,
-        )  # fmt: skip
-        table = records_to_table(topic_name, records)
+        settings = BusSettings.from_env(bootstrap)
+        live_run = await current_run(settings)
+        run_id = live_run.run_id if live_run else ""
+        if run is not None and run not in (run_id, "latest"):
+            raise ConfigError(f"the live log is run {run_id or '(unnamed)'}, not {run}")
+        try:
+            records, bad = await collect_live(
+                settings, topic_name, progress, partitions=partitions,
+                start_offset=start_offset, end_offset=end_offset,
+            )  # fmt: skip
+        except ReplayIncomplete as exc:
+            _err(f"\n{exc}; nothing written to {out}")
+            return 3
+        table = records_to_table(topic_name, records, run_id)
     table = filter_time(table, since_ms, until_ms)
     await asyncio.to_thread(write_table, table, out)
     note = f" ({bad} undecodable records skipped; see dead-letter)" if bad else ""

@@ -1,4 +1,4 @@
-"""`scalecua` subcommands for the task area: list the built-in pool, run one task."""
+"""`scalecua` subcommands for the task area: the built-in pool, task families, one task."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the task subcommands to the `scalecua` parser."""
-    tasks = subparsers.add_parser("tasks", help="the built-in task pool")
+    tasks = subparsers.add_parser("tasks", help="the built-in task pool and task families")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     listing = tasks_sub.add_parser("list", help="print the built-in task ids, one per line")
     listing.set_defaults(func=_tasks_list)
@@ -28,15 +28,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     imp.add_argument("paths", nargs="*", type=Path, help="task files or folders (recursive)")
     imp.add_argument("--builtin", action="store_true", help="import the built-in pool")
-    imp.add_argument("--split", choices=("train", "benchmark"), default="train",
+    imp.add_argument("--split", choices=("train", "heldout", "benchmark"), default="train",
                      help="benchmark tasks are kept out of training (default: train)")  # fmt: skip
     imp.add_argument(
         "--source", default="import", help="provenance tag (e.g. osworld, scienceboard)"
     )
     imp.add_argument(
+        "--include-unsupported", action="store_true",
+        help="also publish tasks whose setup steps, getters or metrics are not implemented "
+        "(by default they are listed and skipped)",
+    )  # fmt: skip
+    imp.add_argument(
         "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
     )
     imp.set_defaults(func=_tasks_import)
+    fams = tasks_sub.add_parser(
+        "families", help="list the task families: app, reference turns, held-out mark, what varies"
+    )
+    fams.add_argument("--json", action="store_true", help="one JSON object per family")
+    fams.set_defaults(func=_tasks_families)
+    gen = tasks_sub.add_parser(
+        "generate",
+        help="generate task-family instances: OSWorld JSON files and/or `tasks` events",
+        description=(
+            "Writes <out>/<family>-<seed>.json (OSWorld JSON, the reference solution under "
+            "`solution`) and/or publishes them to `tasks` with their split (train or heldout)."
+        ),
+    )
+    gen.add_argument("--split", choices=("train", "heldout"), required=True)
+    gen.add_argument("--n", type=int, required=True, help="instances, families taken in turn")
+    gen.add_argument("--families", nargs="*", default=None, help="only these families")
+    gen.add_argument("--out", type=Path, default=None, help="write the task files here")
+    gen.add_argument("--publish", action="store_true", help="publish them to the `tasks` topic")
+    gen.add_argument(
+        "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
+    )
+    gen.set_defaults(func=_tasks_generate)
     tasks.set_defaults(func=_help(tasks))
 
     task = subparsers.add_parser("task", help="run one task on a fresh desktop")
@@ -50,7 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = run.add_mutually_exclusive_group()
     source.add_argument("--actions", type=Path, help="JSON list of actions to play (default: none)")
     source.add_argument(
-        "--reference", action="store_true", help="play the built-in task's reference solution"
+        "--reference",
+        action="store_true",
+        help="play the task's reference solution (its embedded `solution`, else the built-in one)",
     )
     run.add_argument("--screenshots", type=Path, help="save a PNG after setup and every action")
     run.set_defaults(func=_task_run)
@@ -76,7 +105,12 @@ def _tasks_list(args: argparse.Namespace) -> int:
 def _tasks_import(args: argparse.Namespace) -> int:
     import asyncio
 
-    from producers.task_import import builtin_task_events, file_task_events, publish_tasks
+    from producers.task_import import (
+        builtin_task_events,
+        file_task_events,
+        publish_tasks,
+        split_supported,
+    )
     from runtime.config import BusSettings
 
     if not args.paths and not args.builtin:
@@ -85,9 +119,60 @@ def _tasks_import(args: argparse.Namespace) -> int:
     events = file_task_events(args.paths, source=args.source, split=args.split)
     if args.builtin:
         events += builtin_task_events(args.split)
+    supported, flagged = split_supported(events)
+    for f in flagged:
+        print(f"unsupported: {f.task_id}: {', '.join(f.missing)}", file=sys.stderr)
+    if not args.include_unsupported:
+        events = supported
     settings = BusSettings.from_env(args.bootstrap)
     n = asyncio.run(publish_tasks(settings, events))
-    print(f"imported {n} tasks into `tasks` ({args.split})", file=sys.stderr)
+    skipped = 0 if args.include_unsupported else len(flagged)
+    note = (
+        f"; {skipped} unsupported skipped (--include-unsupported publishes them)" if skipped else ""
+    )
+    flag = f"; {len(flagged)} of them unsupported" if flagged and not skipped else ""
+    print(f"imported {n} tasks into `tasks` ({args.split}){note}{flag}", file=sys.stderr)
+    return 0
+
+
+def _tasks_families(args: argparse.Namespace) -> int:
+    from runtime.envs.tasks.families import FAMILIES
+
+    for name, family in FAMILIES.items():
+        turns = len(family.draw(0).solution)
+        if args.json:
+            row = {"family": name, "app": family.app, "turns": turns, "heldout": family.heldout}
+            print(json.dumps({**row, "varies": family.varies}))
+        else:
+            mark = "held-out" if family.heldout else "train"
+            plural = "s" if turns > 1 else " "
+            print(f"{name:<24}{family.app:<18}{turns} turn{plural}  {mark:<10}{family.varies}")
+    return 0
+
+
+def _tasks_generate(args: argparse.Namespace) -> int:
+    import asyncio
+    from collections import Counter
+
+    from runtime.envs.tasks import families
+
+    if args.out is None and not args.publish:
+        print("scalecua: error: give --out DIR and/or --publish", file=sys.stderr)
+        return 2
+    generated = families.generate(args.split, args.n, args.families)
+    per_family = Counter(g.family for g in generated)
+    summary = ", ".join(f"{name} {n}" for name, n in per_family.items())
+    if args.out is not None:
+        families.write_tasks(generated, args.out)
+        note = f"wrote {len(generated)} {args.split} tasks to {args.out} ({summary})"
+        print(note, file=sys.stderr)
+    if args.publish:
+        from producers.task_import import publish_tasks
+        from runtime.config import BusSettings
+
+        settings = BusSettings.from_env(args.bootstrap)
+        n = asyncio.run(publish_tasks(settings, families.task_events(generated)))
+        print(f"published {n} tasks into `tasks` (split {args.split})", file=sys.stderr)
     return 0
 
 
@@ -135,7 +220,8 @@ def _task_run(args: argparse.Namespace) -> int:
     task = resolve_task(args.task)
     actions: list = []
     if args.reference:
-        actions = reference_solution(task.id)
+        embedded = task.extra.get("solution")
+        actions = embedded if isinstance(embedded, list) else reference_solution(task.id)
     elif args.actions is not None:
         try:
             actions = json.loads(args.actions.read_text(encoding="utf-8"))

@@ -4,10 +4,11 @@ Reads `{"source", "function", "artifacts", "workdir"}` as JSON on stdin, runs
 `function(artifacts)` from `source`, and writes one JSON verdict to the original stdout
 (the judge's own prints go to stderr). An audit hook records attempts to open sockets,
 start processes or write outside the working directory; any such attempt makes the
-verdict `forbidden`. The hook only names
-what happened and ends the run at once, so a judge cannot swallow the error and go on;
-the containment itself is the kernel's (namespaces, rlimits, read-only
-mounts, an unprivileged uid).
+verdict `forbidden`. The hook only names what happened and ends the run at once, so a
+judge cannot swallow the error and go on; it does not see what a judge does through
+ctypes, so the containment itself is the kernel's (see `_jail.py`: namespaces, a
+minimal read-only root, a cgroup, rlimits, an unprivileged uid, seccomp). A judge that
+fills its work folder gets `disk`; one whose call the kernel refuses gets `forbidden`.
 """
 
 import errno
@@ -45,6 +46,7 @@ _WRITE_EVENTS = {
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 # errno values the sandbox's kernel limits produce when a judge tries something forbidden.
 _DENIED_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENETUNREACH, errno.ENETDOWN}
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}  # its work folder is a size-capped tmpfs
 
 _out = {"fd": 1}  # where the verdict goes, once stdout is handed to the judge's prints
 
@@ -98,6 +100,8 @@ def _verdict(spec):
         return {"status": "memory", "detail": "ran out of its memory limit"}
     except BaseException as exc:  # the judge is untrusted: anything it raises is its failure
         detail = f"{type(exc).__name__}: {exc}"[:500]
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL_ERRNOS:
+            return {"status": "disk", "detail": detail}
         if isinstance(exc, BlockingIOError | PermissionError) or (
             isinstance(exc, OSError) and exc.errno in _DENIED_ERRNOS
         ):

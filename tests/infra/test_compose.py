@@ -28,7 +28,7 @@ STAGE_COMMANDS = {
     "segmenter": ["scalecua", "segment"],
     "sampler": ["scalecua", "sample"],
     "trainer": ["scalecua", "train"],
-    "dashboard": ["scalecua", "dashboard"],
+    "dashboard": ["scalecua", "dashboard", "--host", "0.0.0.0"],
 }
 RL_STAGES = {"rollout", "judge", "segmenter", "sampler", "trainer", "dashboard"}
 
@@ -144,6 +144,8 @@ def test_dockerfile_builds_from_files_that_exist():
         assert re.search(rf"\s{re.escape(package)}\s", text), package
     assert "ARG TORCH_VERSION=2.13.0" in text and "ARG TORCH_INDEX_URL" in text
     assert re.search(r"^RUN pip install \.", text, re.M)
+    # The dashboard's chart library is packaged from its lockfile before the install.
+    assert text.index("npm ci") < text.index("RUN pip install .")
     lines = (REPO / ".dockerignore").read_text().splitlines()
     ignored = [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
     for source in re.findall(r"^COPY (.+) \S+$", text, re.M):

@@ -75,3 +75,32 @@ def test_malformed_task_file_is_a_clean_error(tmp_path: Path, cli_env: dict[str,
                          env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 1
     assert "evaluator" in res.stderr and "Traceback" not in res.stderr
+
+
+async def test_tasks_with_unimplemented_parts_are_flagged_and_skipped(
+    tmp_path: Path, bus_settings: BusSettings, cli_env: dict[str, str]
+) -> None:
+    chrome = {
+        **TASK,
+        "id": "needs-chrome",
+        "config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["x"]}}],
+        "evaluator": {
+            "func": ["is_expected_tabs", "exact_match"],
+            "result": [{"type": "open_tabs_info"}, TASK["evaluator"]["result"]],
+            "expected": [{"type": "rule", "rules": {}}, TASK["evaluator"]["expected"]],
+        },
+    }
+    (tmp_path / "ok.json").write_text(json.dumps(TASK))
+    (tmp_path / "chrome.json").write_text(json.dumps(chrome))
+    res = subprocess.run([*SCALECUA, "tasks", "import", str(tmp_path)],
+                         env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert (
+        "unsupported: needs-chrome: config step `chrome_open_tabs`, metric `is_expected_tabs`, "
+        "getter `open_tabs_info`" in res.stderr
+    )
+    assert "imported 1 tasks" in res.stderr and "1 unsupported skipped" in res.stderr
+    assert [r.event.task_id for r in await _read_tasks(bus_settings, 2)] == [TASK["id"]]
+    res = subprocess.run([*SCALECUA, "tasks", "import", str(tmp_path), "--include-unsupported"],
+                         env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0 and "imported 2 tasks" in res.stderr, res.stderr

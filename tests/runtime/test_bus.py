@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
@@ -81,3 +82,18 @@ async def test_send_after_broker_dies_raises_instead_of_hanging(tmp_path) -> Non
         await producer.send_and_wait("reward", ev)
     assert time.monotonic() - started < 20
     await producer.stop()
+
+
+async def test_a_failed_flush_on_shutdown_does_not_hide_the_cause(tmp_path: Path) -> None:
+    broker = await EmbeddedBroker(log_file=tmp_path / "b.log").start()
+    settings = BusSettings(bootstrap=broker.bootstrap, request_timeout_ms=1000, linger_ms=500)
+    try:
+        with pytest.raises(ValueError, match="the real cause"):
+            async with EventProducer(settings) as producer:
+                await producer.send("reward", Reward(
+                    trajectory_id="g/0", task_id="t", group_id="g", group_size=1, score=1.0
+                ))  # fmt: skip
+                broker.stop()  # queued, unsendable: the flush on the way out fails
+                raise ValueError("the real cause")
+    finally:
+        broker.stop()

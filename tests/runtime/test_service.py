@@ -176,5 +176,6 @@ async def test_metrics_endpoint_reports_counters_and_lag(bus_settings: BusSettin
     finally:
         runner.stop()
         await asyncio.wait_for(task, 20)
-    assert 'scalecua_processed{service="score-to-stats"} 4' in body
-    assert 'scalecua_lag{service="score-to-stats"} 0' in body
+    assert 'scalecua_processed_total{service="score-to-stats"} 4.0' in body
+    assert 'scalecua_lag{service="score-to-stats"} 0.0' in body
+    assert 'scalecua_process_seconds_count{service="score-to-stats"} 4.0' in body

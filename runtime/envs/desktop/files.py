@@ -51,7 +51,7 @@ def is_loopback(host: str) -> bool:
 
 
 async def download(url: str, path: Path) -> int:
-    """Copy a file:// URL or fetch an http(s) URL on loopback to `path`; return its size."""
+    """Copy a file:// URL (as the desktop sees it) or fetch a loopback http(s) URL to `path`."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
         return await asyncio.to_thread(_copy_local, Path(unquote(parsed.path)), path)
@@ -73,11 +73,14 @@ async def download(url: str, path: Path) -> int:
 
 
 def _copy_local(source: Path, path: Path) -> int:
-    if not source.is_file():
-        raise DownloadError(f"no such file: {source}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, path)
-    return path.stat().st_size
+    # Read with the desktop's rights: a host file it may not read is refused here.
+    try:
+        if not source.is_file():
+            raise DownloadError(f"no such file: {source}")
+        data = source.read_bytes()
+    except OSError as exc:
+        raise DownloadError(f"cannot read {source}: {exc.strerror or exc}") from exc
+    return write_bytes(path, data)
 
 
 def directory_tree(directory: Path) -> dict:
@@ -96,7 +99,11 @@ def directory_tree(directory: Path) -> dict:
 
 def open_command(target: Path) -> tuple[list[str], str]:
     """Return the argv that opens `target` and the window-title text to wait for."""
-    if not target.exists():
+    try:
+        exists = target.exists()
+    except OSError:  # a folder on the way that the desktop may not enter
+        exists = False
+    if not exists:
         found = shutil.which(str(target))
         if not found:
             raise FileNotFoundError(str(target))

@@ -1,13 +1,24 @@
 """PID 1 of one desktop's private PID and mount namespace.
 
-Run by `unshare --mount --pid --fork --mount-proc` (see lifecycle.py) with the standard
-library only, so it starts in a few milliseconds. It gives the namespace its own
-`/home/user` (a bind mount of the desktop's home folder), hides every desktop's state
-folder, starts the desktop server as its only direct child, reaps orphans (apps launched
-detached end up here), forwards SIGTERM/SIGINT to the server, and exits with the server's
+Run as host root by `unshare --mount --pid --fork --mount-proc` (see lifecycle.py), with
+the standard library only, so it starts in a few milliseconds. It builds the desktop's
+view of the filesystem, then starts the desktop server as its only direct child in a
+user namespace of its own, and from then on only reaps orphans (apps launched detached
+end up here), forwards SIGTERM/SIGINT/SIGHUP to the server, and exits with the server's
 status; the kernel then kills whatever is left in the namespace.
 
-    python init.py --home HOST_HOME --hide STATE_ROOT -- SERVER_ARGV...
+The view: `/home/user` is a bind mount of the desktop's home folder (under a tmpfs
+`/home`); `/tmp`, `/var/tmp`, `/dev/shm` and `/run/lock` (the host's world-writable
+folders) are private tmpfs, so X sockets, LibreOffice's pipe and anything else left there
+is this desktop's alone; every desktop's state folder is covered; and a folder that
+others may not enter but the interpreter lives under (`/root` with pyenv) is replaced by
+an empty tmpfs holding only the interpreter's prefix, read-only.
+
+The server's user namespace maps uids and gids 0..count-1 inside onto the host block
+[uid, uid + count) leased by the host: the agent is root inside, and an unprivileged,
+unshared uid on the host, with no capability over any mount, host file or other desktop.
+
+    python init.py --home HOST_HOME --hide STATE_ROOT --uid FIRST --count N -- SERVER_ARGV...
 """
 
 from __future__ import annotations
@@ -16,10 +27,15 @@ import argparse
 import ctypes
 import os
 import signal
+import stat
 import sys
 
-_MS_BIND = 4096
-_MS_REC = 16384
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
+_MS_REMOUNT, _MS_BIND, _MS_REC = 32, 4096, 16384
+_CLONE_NEWUSER = 0x10000000
+_PR_SET_NO_NEW_PRIVS = 38
+# World-writable on a Debian host: one tmpfs each per desktop, so no desktop meets another.
+_SHARED_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -36,38 +52,122 @@ def _mount(source: str, target: str, fstype: str | None, flags: int, data: str |
         raise OSError(err, f"mount {source} on {target}: {os.strerror(err)}")
 
 
-def _isolate(home: str, hide: str) -> None:
-    # Open the home before /home is covered: the source may itself live under /home.
-    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-    _mount("tmpfs", "/home", "tmpfs", 0, "mode=0755")
-    os.makedirs("/home/user", exist_ok=True)
-    _mount(f"/proc/self/fd/{fd}", "/home/user", None, _MS_BIND | _MS_REC, None)
-    os.close(fd)
-    # Cover every desktop's state folder so no desktop can read another one's home.
+def _closed_ancestor(path: str) -> str | None:
+    """The topmost folder above `path` that others may not enter, if any."""
+    parts = os.path.realpath(path).split("/")[1:]
+    for i in range(1, len(parts)):
+        folder = "/" + "/".join(parts[:i])
+        if not os.stat(folder).st_mode & stat.S_IXOTH:
+            return folder
+    return None
+
+
+def _interpreter_prefixes() -> list[str]:
+    """The folders the server's Python needs (venv, base install, the binary's real home)."""
+    real_home = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
+    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, real_home)})
+
+
+def _isolate(home: str, hide: str, uid: int) -> None:
+    # Open what is bound later before anything is covered: the sources may be covered.
+    home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    exposed = {}
+    for prefix in _interpreter_prefixes():
+        closed = _closed_ancestor(prefix)
+        if closed:
+            exposed.setdefault(closed, []).append((prefix, os.open(prefix, os.O_PATH)))
+    owned = f"uid={uid},gid={uid}"  # root inside owns its scratch folders
+    _mount("tmpfs", "/home", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0755,{owned}")
+    os.mkdir("/home/user", 0o755)
+    _mount(f"/proc/self/fd/{home_fd}", "/home/user", None, _MS_BIND | _MS_REC, None)
+    os.close(home_fd)
+    for scratch in _SHARED_SCRATCH:
+        if os.path.isdir(scratch):
+            _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,{owned}")
+    # Cover every desktop's state folder (unless it was under /tmp, covered already); the
+    # server keeps its run folder in here.
     if hide and os.path.isdir(hide):
-        _mount("tmpfs", hide, "tmpfs", 0, "mode=0700")
+        _mount("tmpfs", hide, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0700,{owned}")
+    for closed, prefixes in exposed.items():
+        # Traversable, not listable: /root reads as empty and closed, the interpreter runs.
+        _mount("tmpfs", closed, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711")
+        for prefix, fd in prefixes:
+            _makedirs(prefix)
+            _mount(f"/proc/self/fd/{fd}", prefix, None, _MS_BIND | _MS_REC, None)
+            _mount("none", prefix, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+            os.close(fd)
+
+
+def _makedirs(path: str) -> None:
+    if os.path.isdir(path):
+        return
+    _makedirs(os.path.dirname(path))
+    os.mkdir(path)
+    os.chmod(path, 0o711)
+
+
+def _start_server(argv: list[str], uid: int, count: int) -> int:
+    """Fork the server into a new user namespace mapped onto [uid, uid+count); return its pid."""
+    ready_r, ready_w = os.pipe()
+    mapped_r, mapped_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            os.close(mapped_w)
+            os.setgroups([])  # host root's groups must not follow it in
+            if _libc.unshare(_CLONE_NEWUSER) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+            os.write(ready_w, b"u")
+            if os.read(mapped_r, 1) != b"m":
+                os._exit(70)
+            # Only a process still in the parent namespace may write a map wider than one
+            # id, so init writes it; then become root inside, host `uid` outside.
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            os.execvp(argv[0], argv)
+        except BaseException as exc:  # noqa: BLE001 - report anything, never return into init
+            print(f"desktop init: starting the server: {exc}", file=sys.stderr, flush=True)
+        os._exit(70)
+    os.close(ready_w)
+    os.close(mapped_r)
+    try:
+        if os.read(ready_r, 1) != b"u":
+            raise OSError("the server could not create its user namespace")
+        for name in ("uid_map", "gid_map"):
+            with open(f"/proc/{pid}/{name}", "w") as f:
+                f.write(f"0 {uid} {count}\n")
+        os.write(mapped_w, b"m")
+    finally:
+        os.close(ready_r)
+        os.close(mapped_w)
+    return pid
 
 
 def main() -> int:
     """Isolate the namespace, run the server, reap children; return the server's status."""
     if "--" not in sys.argv:
-        print("usage: init.py --home DIR [--hide DIR] -- SERVER_ARGV...", file=sys.stderr)
+        print(
+            "usage: init.py --home DIR [--hide DIR] --uid N --count N -- SERVER_ARGV...",
+            file=sys.stderr,
+        )
         return 64
     split = sys.argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--home", required=True)
     parser.add_argument("--hide", default="")
+    parser.add_argument("--uid", type=int, required=True)
+    parser.add_argument("--count", type=int, default=65536)
     args = parser.parse_args(sys.argv[1:split])
     argv = sys.argv[split + 1 :]
     try:
-        _isolate(args.home, args.hide)
+        _isolate(args.home, args.hide, args.uid)
+        os.chdir("/home/user")
+        server = _start_server(argv, args.uid, args.count)
     except OSError as exc:
         print(f"desktop init: {exc}", file=sys.stderr, flush=True)
         return 70
-    os.chdir("/home/user")
-    server = os.fork()
-    if server == 0:
-        os.execvp(argv[0], argv)
 
     def forward(signum: int, _frame: object) -> None:
         try:

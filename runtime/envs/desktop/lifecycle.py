@@ -1,16 +1,20 @@
 """Start, reset and stop one isolated desktop from the host side.
 
-A desktop is a process tree in its own PID and mount namespace:
+A desktop is a process tree in its own PID and mount namespace, and below init in a user
+namespace whose root is an unprivileged host uid block leased for the desktop:
 
-    unshare --mount --pid --fork --mount-proc --kill-child=SIGKILL
-      └─ init.py (PID 1: /home/user = this desktop's home, reaps orphans)
+    unshare --mount --pid --fork --mount-proc --kill-child=SIGKILL        (host root)
+      └─ init.py (PID 1: /home/user, private /tmp..., reaps orphans)      (host root)
            └─ server.py (HTTP on 127.0.0.1:PORT) ─ Xvfb, dbus, AT-SPI, openbox, apps...
+                                                   (uid 0 inside = host uid `Desktop.uid`)
 
-The host keeps the home folder (`Desktop.home`, seen inside as /home/user) and talks to
-the server over HTTP with a per-desktop token. Stopping asks the server to shut its
-services down (SIGTERM through init); if that hangs, killing `unshare` kills init, and the
-kernel kills everything left in the namespace. If the host process dies, the same chain
-runs (PR_SET_PDEATHSIG on `unshare`), so no desktop outlives its owner.
+The whole tree sits in a cgroup that caps its memory and its number of tasks. The host
+keeps the home folder (`Desktop.home`, seen inside as /home/user and owned by
+`Desktop.uid`) and talks to the server over HTTP with a per-desktop token. Stopping asks
+the server to shut its services down (SIGTERM through init); if that hangs, killing
+`unshare` kills init, and the kernel kills everything left in the namespace. If the host
+process dies, the same chain runs (PR_SET_PDEATHSIG on `unshare`), so no desktop outlives
+its owner.
 
     async with Desktop.started() as desktop:          # or: desktop = await Desktop.start()
         async with desktop.controller() as ctl:
@@ -34,14 +38,20 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from runtime.envs.desktop.controller import DesktopController
-from runtime.envs.desktop.home import restore_home
 from runtime.errors import DesktopError
+from runtime.isolation.cgroup import Cgroup, CgroupError
+from runtime.isolation.ids import DESKTOP_UIDS, IdLease, lease_ids
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path(os.environ.get("SCALECUA_DESKTOP_ROOT", "/tmp/scalecua-desktops"))
 START_TIMEOUT = 60.0  # seconds for a desktop to report ready
 STOP_TIMEOUT = 10.0  # seconds for a graceful stop before the namespace is killed
+# Caps on a whole desktop (apps included): LibreOffice with a document takes ~300 MiB and
+# ~60 tasks (threads count), so these leave room for several apps at once.
+DEFAULT_MEMORY_BYTES = int(os.environ.get("SCALECUA_DESKTOP_MEMORY_MB", "2048")) << 20
+DEFAULT_PIDS = int(os.environ.get("SCALECUA_DESKTOP_PIDS", "512"))
+ID_COUNT = 65536  # ids per desktop: a user namespace's worth, as rootless containers take
 _INIT = Path(__file__).with_name("init.py")
 _PR_SET_PDEATHSIG = 1
 
@@ -64,15 +74,20 @@ class Desktop:
         token: str,
         display: str,
         size: tuple[int, int],
+        lease: IdLease,
+        cgroup: Cgroup,
     ) -> None:
         self.desktop_id = desktop_id
         self.state_dir = state_dir
         self.home = state_dir / "home"  # the host folder this desktop sees as /home/user
+        self.uid = lease.first  # the host uid (and gid) that is root inside; owns the home
         self.base_url = base_url
         self.token = token
         self.display = display
         self.size = size
         self._proc = proc
+        self._lease = lease
+        self._cgroup = cgroup
         self._stopped = False
 
     def __repr__(self) -> str:
@@ -80,9 +95,19 @@ class Desktop:
 
     @classmethod
     async def start(
-        cls, *, width: int = 1280, height: int = 800, root: Path | None = None
+        cls,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        root: Path | None = None,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        pids: int = DEFAULT_PIDS,
     ) -> Desktop:
-        """Start a desktop and return it once its server answers; raise DesktopError."""
+        """Start a desktop and return it once its server answers; raise DesktopError.
+
+        `memory_bytes` and `pids` cap the whole desktop (defaults: 2 GiB and 512 tasks,
+        or `SCALECUA_DESKTOP_MEMORY_MB` / `SCALECUA_DESKTOP_PIDS`).
+        """
         if not shutil.which("unshare") or not shutil.which("Xvfb"):
             raise DesktopError(
                 "desktops need util-linux `unshare` and `Xvfb`: run infra/install.sh"
@@ -91,44 +116,32 @@ class Desktop:
         desktop_id = uuid.uuid4().hex[:12]
         state_dir = root / desktop_id
         home = state_dir / "home"
-        restore_home(home)
-        token = secrets.token_urlsafe(24)
-        argv = [
-            "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
-            "--kill-child=SIGKILL",
-            sys.executable, str(_INIT), "--home", str(home), "--hide", str(root), "--",
-            sys.executable, "-m", "runtime.envs.desktop.server", "--id", desktop_id,
-            "--run-dir", str(state_dir / "run"), "--width", str(width), "--height", str(height),
-        ]  # fmt: skip
-        log_path = state_dir / "desktop.log"
-        env = {**os.environ, "SCALECUA_DESKTOP_TOKEN": token, "PYTHONUNBUFFERED": "1"}
-        with open(log_path, "ab") as log_file:  # noqa: ASYNC230 - a local file, opened once
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_file,
-                env=env,
-                start_new_session=True,  # a Ctrl-C meant for the host does not hit desktops
-                preexec_fn=_die_with_parent,
-            )
         try:
-            ready = await asyncio.wait_for(_read_ready(proc.stdout), START_TIMEOUT)
-        except TimeoutError:
-            ready = None
-        if not ready:
-            await _kill(proc)
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-            shutil.rmtree(state_dir, ignore_errors=True)
-            raise DesktopError(f"desktop failed to start: {' | '.join(tail) or 'no output'}")
+            lease = lease_ids(DESKTOP_UIDS, count=ID_COUNT)
+        except (RuntimeError, OSError) as exc:
+            raise DesktopError(f"no host uid block for a desktop: {exc}") from exc
+        try:
+            cgroup = Cgroup.create(f"desktop-{desktop_id}", memory_bytes=memory_bytes, pids=pids)
+        except CgroupError as exc:
+            lease.release()
+            raise DesktopError(f"desktops need cgroup memory and pids controllers: {exc}") from exc
+        try:
+            proc, ready = await _launch(state_dir, home, root, lease.first, cgroup, width, height)
+        except BaseException:
+            await asyncio.to_thread(cgroup.destroy)
+            lease.release()
+            await asyncio.to_thread(shutil.rmtree, state_dir, True)
+            raise
         desktop = cls(
             desktop_id=desktop_id,
             state_dir=state_dir,
             proc=proc,
             base_url=f"http://127.0.0.1:{ready['port']}",
-            token=token,
+            token=ready["token"],
             display=ready["display"],
             size=(ready["width"], ready["height"]),
+            lease=lease,
+            cgroup=cgroup,
         )
         log.info("desktop %s up on %s at %s", desktop_id, desktop.display, desktop.base_url)
         return desktop
@@ -181,8 +194,67 @@ class Desktop:
             except TimeoutError:
                 log.warning("desktop %s did not stop in time; killing it", self.desktop_id)
                 await _kill(self._proc)
-        await asyncio.to_thread(_remove_stale_x_lock, self.display)
+        await asyncio.to_thread(self._cgroup.destroy)
+        # Only now that no process runs under its ids may the block go to another desktop.
+        self._lease.release()
         await asyncio.to_thread(shutil.rmtree, self.state_dir, True)
+
+
+async def _launch(
+    state_dir: Path,
+    home: Path,
+    root: Path,
+    uid: int,
+    cgroup: Cgroup,
+    width: int,
+    height: int,
+) -> tuple[asyncio.subprocess.Process, dict]:
+    """Start the namespace (init, then the server) in `cgroup`; return it and its ready line."""
+    await asyncio.to_thread(_make_state_dir, state_dir, home, uid)
+    token = secrets.token_urlsafe(24)
+    argv = [
+        "unshare", "--mount", "--pid", "--fork", "--mount-proc", "--propagation", "private",
+        "--kill-child=SIGKILL",
+        sys.executable, str(_INIT), "--home", str(home), "--hide", str(root),
+        "--uid", str(uid), "--count", str(ID_COUNT), "--",
+        sys.executable, "-m", "runtime.envs.desktop.server", "--id", state_dir.name,
+        "--run-dir", str(state_dir / "run"), "--width", str(width), "--height", str(height),
+    ]  # fmt: skip
+    log_path = state_dir / "desktop.log"
+    env = {**os.environ, "SCALECUA_DESKTOP_TOKEN": token, "PYTHONUNBUFFERED": "1"}
+
+    def in_cgroup() -> None:
+        # Runs in the forked child before exec: `unshare` dies with its parent, and it and
+        # everything it starts are charged to the desktop's cgroup from the first fork on.
+        _die_with_parent()
+        cgroup.add(os.getpid())
+
+    with open(log_path, "ab") as log_file:  # noqa: ASYNC230 - a local file, opened once
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log_file,
+            env=env,
+            start_new_session=True,  # a Ctrl-C meant for the host does not hit desktops
+            preexec_fn=in_cgroup,
+        )
+    try:
+        ready = await asyncio.wait_for(_read_ready(proc.stdout), START_TIMEOUT)
+    except TimeoutError:
+        ready = None
+    if not ready:
+        await _kill(proc)
+        tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+        raise DesktopError(f"desktop failed to start: {' | '.join(tail) or 'no output'}")
+    return proc, {**ready, "token": token}
+
+
+def _make_state_dir(state_dir: Path, home: Path, uid: int) -> None:
+    # The state folder is host root's alone; the home belongs to the desktop's root.
+    state_dir.mkdir(parents=True, mode=0o700)
+    home.mkdir(mode=0o700)
+    os.chown(home, uid, uid)
 
 
 async def _read_ready(stream: asyncio.StreamReader) -> dict | None:
@@ -219,26 +291,3 @@ def _child_pid(pid: int) -> int | None:
         if len(fields) > 1 and int(fields[1]) == pid:
             return int(entry)
     return None
-
-
-def _remove_stale_x_lock(display: str) -> None:
-    # A killed Xvfb leaves its lock and socket; a later -displayfd would skip that number.
-    number = display.lstrip(":")
-    if not number.isdigit():
-        return
-    lock = Path(f"/tmp/.X{number}-lock")
-    if lock.exists() and not _x_answers(number):
-        lock.unlink(missing_ok=True)
-        Path(f"/tmp/.X11-unix/X{number}").unlink(missing_ok=True)
-
-
-def _x_answers(number: str) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_UNIX) as sock:
-        sock.settimeout(0.5)
-        try:
-            sock.connect(f"/tmp/.X11-unix/X{number}")
-        except OSError:
-            return False
-    return True

@@ -228,7 +228,8 @@ class DesktopServer:
         if "file_path" not in form:
             return web.json_response({"error": "file_path is required"}, status=400)
         path = Path(commands.expand(str(form["file_path"])))
-        if not await asyncio.to_thread(path.is_file):
+        # A host file the desktop may not read is, as far as the desktop knows, not there.
+        if not await asyncio.to_thread(_readable_file, path):
             return web.json_response({"error": "File not found"}, status=404)
         return web.FileResponse(path, headers={"Content-Type": "application/octet-stream"})
 
@@ -264,7 +265,7 @@ class DesktopServer:
         if "path" not in data:
             return web.json_response({"error": "Missing 'path' parameter"}, status=400)
         start = Path(commands.expand(str(data["path"])))
-        if not await asyncio.to_thread(start.is_dir):
+        if not await asyncio.to_thread(_is_dir, start):
             return web.json_response({"error": "The provided path is not a directory"}, status=400)
         tree = await asyncio.to_thread(files.directory_tree, start)
         return web.json_response({"directory_tree": tree})
@@ -401,6 +402,20 @@ class DesktopServer:
 
         self._x.submit(close_x).result(timeout=5)
         self._x.shutdown(wait=True)
+
+
+def _readable_file(path: Path) -> bool:
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:  # a folder on the way that the desktop may not enter
+        return False
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
 
 
 async def _serve(args: argparse.Namespace) -> int:

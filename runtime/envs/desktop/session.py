@@ -47,15 +47,14 @@ class DesktopSession:
 
     def start(self) -> None:
         """Start every service and fill `display` and `env`; raise DesktopError on failure."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
         (self.run_dir / "xdg").mkdir(mode=0o700, exist_ok=True)
-        # Xvfb runs without access control; X clients still want an authority file to read.
+        # The X server admits only clients that present this desktop's cookie.
         xauth = self.run_dir / "Xauthority"
-        xauth.touch()
+        write_xauthority(xauth)
         os.environ["XAUTHORITY"] = str(xauth)
-        write_wrappers(self.run_dir / "bin", self.desktop_id)
-        self._start_xvfb()
-        write_xauthority(xauth, self.display)
+        write_wrappers(self.run_dir / "bin")
+        self._start_xvfb(xauth)
         self.env = self._build_env()
         self._start_dbus()
         self._start_atspi()
@@ -105,21 +104,16 @@ class DesktopSession:
                 proc.wait()
 
     # -- services -----------------------------------------------------------------------
-    def _start_xvfb(self) -> None:
+    def _start_xvfb(self, xauth: Path) -> None:
         read_fd, write_fd = os.pipe()
+        # Listen only on the socket in this desktop's own /tmp: not on TCP, and not on the
+        # abstract socket ("local"), which every process of the host's network namespace
+        # could reach. In a private /tmp, -displayfd picks :0 as on OSWorld's VM.
         argv = [
-            "Xvfb",
-            "-displayfd",
-            str(write_fd),
-            "-screen",
-            "0",
-            f"{self.width}x{self.height}x24",
-            "-nolisten",
-            "tcp",
-            "-dpi",
-            "96",
-            "-noreset",
-        ]
+            "Xvfb", "-displayfd", str(write_fd), "-auth", str(xauth),
+            "-screen", "0", f"{self.width}x{self.height}x24",
+            "-nolisten", "tcp", "-nolisten", "local", "-dpi", "96", "-noreset",
+        ]  # fmt: skip
         proc = subprocess.Popen(
             argv, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
@@ -246,22 +240,29 @@ class DesktopSession:
         return path
 
 
-def write_xauthority(path: Path, display_name: str) -> None:
-    """Write an X authority file with one local entry for `display_name`."""
+def write_xauthority(path: Path) -> None:
+    """Write an X authority file holding a fresh MIT-MAGIC-COOKIE-1 for any local display.
 
-    # Xvfb runs without access control and ignores the cookie, but python-xlib prints a
-    # warning into every command's stdout when it finds no entry for the display.
+    Xvfb (`-auth path`) admits the cookie; clients find it through XAUTHORITY. The entries
+    name no display number, so they match whichever display -displayfd picks: one for this
+    host's name (what python-xlib looks up) and one wildcard (libXau takes either).
+    """
+
     def field(data: bytes) -> bytes:
         return struct.pack(">H", len(data)) + data
 
-    entry = (
-        struct.pack(">H", 256)  # FamilyLocal
-        + field(socket.gethostname().encode())
-        + field(display_name.lstrip(":").encode())
+    cookie = secrets.token_bytes(16)
+    entries = b"".join(
+        struct.pack(">H", family)
+        + field(address)
+        + field(b"")
         + field(b"MIT-MAGIC-COOKIE-1")
-        + field(secrets.token_bytes(16))
+        + field(cookie)
+        for family, address in ((256, socket.gethostname().encode()), (0xFFFF, b""))
     )
-    path.write_bytes(entry)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(entries)
 
 
 def _read_line(fd: int, timeout: float) -> str:

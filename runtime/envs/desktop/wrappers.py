@@ -1,24 +1,29 @@
 """Programs a desktop puts first on its PATH, so OSWorld's commands behave as on its VM.
 
-- `soffice`, `libreoffice`, `localc`, ...: LibreOffice finds a running instance through a
-  pipe named after its profile URL, and every desktop sees the same /home/user, so each
-  desktop gets a profile path carrying its id (else a second desktop's soffice would open
-  its file on the first desktop).
+- `sudo` (sudo.py): everything in a desktop already runs as root of its user namespace,
+  where the real setuid sudo refuses to run; this one asks for the VM's password as sudo
+  does, then runs the command, so `echo password | sudo -S cmd` works as on the VM.
 - `xterm`: logs its session to TERMINAL_LOG_DIR (one file per terminal), since xterm has no
   accessibility tree from which OSWorld's `vm_terminal_output` could read the screen.
 - `gnome-terminal` (what OSWorld's setups launch) and `x-terminal-emulator` (ctrl+alt+t):
   that logging xterm, with gnome-terminal's `--`, `-x`, `-e`, `--working-directory` and
   `--title` understood.
 - `xdg-open` (when xdg-utils is absent): the app OSWorld's image would pick by extension.
+
+LibreOffice needs no wrapper: it finds a running instance through a pipe in /tmp, and
+each desktop has its own /tmp, so its default profile (~/.config/libreoffice) is right.
 """
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 # Read by runtime.envs.tasks.getters (vm_terminal_output); emptied by every reset with the home.
 TERMINAL_LOG_DIR = "/home/user/.cache/scalecua-terminal"
-_LIBREOFFICE = ("soffice", "libreoffice", "localc", "lowriter", "loimpress", "lodraw")
+# The password of OSWorld's VM user, which its tasks pipe into `sudo -S`.
+VM_PASSWORD = "password"
+_SUDO = Path(__file__).with_name("sudo.py")
 
 _XTERM = f"""#!/bin/sh
 mkdir -p {TERMINAL_LOG_DIR}
@@ -55,18 +60,15 @@ exec mousepad "$1"
 """
 
 
-def write_wrappers(bin_dir: Path, desktop_id: str) -> None:
-    """Write the wrapper programs for desktop `desktop_id` into `bin_dir`."""
+def write_wrappers(bin_dir: Path) -> None:
+    """Write the wrapper programs of a desktop into `bin_dir`."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    profile = f"file:///home/user/.config/libreoffice-{desktop_id}"
     scripts = {
-        name: f'#!/bin/sh\nexec /usr/bin/{name} "-env:UserInstallation={profile}" "$@"\n'
-        for name in _LIBREOFFICE
-        if (Path("/usr/bin") / name).exists()
+        "sudo": f'#!/bin/sh\nexec /usr/bin/python3 -I {shlex.quote(str(_SUDO))} {shlex.quote(VM_PASSWORD)} "$@"\n',
+        "xterm": _XTERM,
+        "gnome-terminal": _GNOME_TERMINAL,
+        "x-terminal-emulator": '#!/bin/sh\nexec xterm "$@"\n',
     }
-    scripts["xterm"] = _XTERM
-    scripts["gnome-terminal"] = _GNOME_TERMINAL
-    scripts["x-terminal-emulator"] = '#!/bin/sh\nexec xterm "$@"\n'
     if not Path("/usr/bin/xdg-open").exists():
         scripts["xdg-open"] = _XDG_OPEN
     for name, text in scripts.items():

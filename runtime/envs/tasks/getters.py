@@ -2,12 +2,16 @@
 
 A getter spec is `{"type": NAME, ...config}`; `get_state(ctx, spec)` dispatches on
 `type` to an async function here. File getters return a host path under the
-evaluation's cache folder (None when the file is missing), as OSWorld's do.
+evaluation's cache folder or the task's folder (None when the file is missing), as
+OSWorld's do, typed `FetchedFile`: only such paths reach a sandboxed judge as files; a
+path a task writes into a `rule` stays a string. Like setup steps, `cloud_file` and
+`cache_file` read only inside the task's folder and the desktop's home.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -15,10 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
-from runtime.envs.tasks.setup import CLIENT_PASSWORD, fetch_url
+from runtime.envs.tasks.setup import CLIENT_PASSWORD, fetch_source
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "TERMINAL_LOG_DIR", "EvalContext", "get_state", "terminal_text"]
+__all__ = [
+    "GETTERS",
+    "TERMINAL_LOG_DIR",
+    "EvalContext",
+    "FetchedFile",
+    "get_state",
+    "terminal_text",
+]
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL/ST), charset designations and short escapes.
 _ANSI = re.compile(
@@ -37,6 +48,12 @@ class EvalContext:
 
 
 Getter = Callable[[EvalContext, dict[str, Any]], Awaitable[Any]]
+
+
+class FetchedFile(str):
+    """The host path of a file a getter fetched (or found in the task folder) for a metric."""
+
+    __slots__ = ()
 
 
 async def get_state(ctx: EvalContext, spec: dict[str, Any] | list[dict[str, Any]] | None) -> Any:
@@ -89,7 +106,7 @@ async def get_vm_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
             continue
         local = _dest(ctx, dest, path)
         await asyncio.to_thread(local.write_bytes, data)
-        out.append(str(local))
+        out.append(FetchedFile(local))
     return _give(out, gives)
 
 
@@ -99,18 +116,31 @@ async def get_cloud_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
     out: list[str] = []
     for url, dest in zip(paths, dests, strict=True):
         local = _dest(ctx, dest, url)
-        data = await asyncio.to_thread(fetch_url, url, ctx.base_dir)
+        data = await fetch_source(ctx.controller, url, ctx.base_dir)
         await asyncio.to_thread(local.write_bytes, data)
-        out.append(str(local))
+        out.append(FetchedFile(local))
     return _give(out, gives)
 
 
 async def get_cache_file(ctx: EvalContext, config: dict[str, Any]) -> str:
     """A file already in the cache folder, or else bundled beside the task file."""
-    for root in (ctx.cache_dir, ctx.base_dir):
-        if root is not None and (root / config["path"]).is_file():
-            return str(root / config["path"])
-    raise TaskError(f"cache_file {config['path']!r} is neither cached nor beside the task")
+    return await asyncio.to_thread(_cached, config["path"], [ctx.cache_dir, ctx.base_dir])
+
+
+def _cached(name: str, roots: list[Path | None]) -> FetchedFile:
+    for root in roots:
+        if root is None:
+            continue
+        folder = os.path.realpath(root)
+        path = os.path.realpath(os.path.join(folder, name))
+        if os.path.commonpath([folder, path]) != folder:
+            raise TaskError(
+                f"refusing to read cache_file {name!r}: it is outside the task folder "
+                "and the evaluation's cache"
+            )
+        if os.path.isfile(path):
+            return FetchedFile(path)
+    raise TaskError(f"cache_file {name!r} is neither cached nor beside the task")
 
 
 async def get_rule(ctx: EvalContext, config: dict[str, Any]) -> Any:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from consumers.archiver.store import ArchiveStore
+from runtime.archive.store import ArchiveStore
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
 from topics.events import RolloutStep

@@ -12,12 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,13 +22,12 @@ import orjson
 import pytest
 
 from runtime.engines.base import GenerationRequest, GenerationResult, RolloutEngine, SamplingParams
-from runtime.engines.vllm_engine import VLLMHTTPConfig, VLLMHTTPEngine, vllm_server_args
+from runtime.engines.vllm_engine import VLLMHTTPConfig, VLLMHTTPEngine
 from runtime.errors import PolicyError
 from runtime.policy.model import cache_dir, smollm2_policy
+from tests.vllm_server import MAX_MODEL_LEN, VLLM_PYTHON, SharedServer, stop, vllm_env
 
 REPO = Path(__file__).resolve().parents[3]
-VLLM_PYTHON = REPO / ".venv-vllm" / "bin" / "python"
-MAX_MODEL_LEN = 1024
 # Measured here: 1e-5 to 2e-5 over 64 tokens (fp32, 30 layers, eager); the bound leaves headroom.
 LOGPROB_TOL = 1e-4
 
@@ -99,81 +94,10 @@ def perturbed_dir(smollm2_dir: Path) -> Path:
 # ---------------------------------------------------------------- the server
 
 
-def _vllm_env() -> dict[str, str]:
-    return {
-        **os.environ,
-        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the default would take 4 GiB of shared RAM
-        "VLLM_HOST_IP": "127.0.0.1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "HF_HUB_OFFLINE": "1",
-    }
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """Stop a vLLM process and its whole group (API server or script, engine core, worker)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait(timeout=10)
-
-
-@contextlib.contextmanager
-def _serving(model_dir: Path, log_dir: Path) -> Iterator[str]:
-    """Run a vLLM server on a free loopback port until the block ends; yield its URL."""
-    port = _free_port()
-    log_path = log_dir / "server.log"
-    env = {**_vllm_env(), "VLLM_SERVER_DEV_MODE": "1"}  # /pause, /collective_rpc, /resume
-    # --enforce-eager: torch.compile would add ~2 min to every start on a fresh machine.
-    argv = vllm_server_args(
-        model_dir,
-        port,
-        dtype="float32",
-        max_model_len=MAX_MODEL_LEN,
-        extra=["--enforce-eager", "--max-num-seqs", "8"],
-    )
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(
-            [str(VLLM_PYTHON), *argv],
-            cwd=str(log_dir),
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group, so _stop reaches every child
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if process.poll() is not None:
-                tail = log_path.read_text(errors="replace")[-4000:]
-                pytest.fail(f"vLLM server exited with {process.returncode}:\n{tail}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/v1/models", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"vLLM server not ready after 600 s; log: {log_path}")
-            time.sleep(1)
-        yield url
-    finally:
-        _stop(process)
-
-
 @pytest.fixture(scope="module")
-def vllm_url(smollm2_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A vLLM server serving SmolLM2, shared by the module's tests (~40 s to start)."""
-    with _serving(smollm2_dir, tmp_path_factory.mktemp("vllm")) as url:
-        yield url
+def vllm_url(vllm_server: SharedServer) -> str:
+    """The session's vLLM server serving SmolLM2 (tests/vllm_server.py; ~40 s to start)."""
+    return vllm_server.url
 
 
 @pytest.fixture
@@ -376,10 +300,11 @@ async def test_load_weights_switches_the_policy_in_place(
 
 
 async def test_a_failed_reload_stops_the_engine_from_sampling(
-    smollm2_dir: Path, tmp_path: Path
+    vllm_server: SharedServer, tmp_path: Path
 ) -> None:
-    # vLLM's engine core dies when reload_weights fails, so this test gets a server of its own.
-    with _serving(smollm2_dir, tmp_path) as url:
+    # vLLM's engine core dies when reload_weights fails: this test takes the shared server,
+    # and whoever needs one next gets a fresh one.
+    with vllm_server.take() as url:
         eng = VLLMHTTPEngine(VLLMHTTPConfig(url, retries=1, retry_backoff_s=0.1))
         request = GenerationRequest([1, 9690, 198], sampling=SamplingParams(max_tokens=2))
         (ok,) = await eng.generate([request])
@@ -437,7 +362,7 @@ def test_in_process_engine_matches_transformers_and_reloads(
     script = tmp_path / "in_process.py"
     script.write_text(_IN_PROCESS_SCRIPT)
     spec = {"model": str(smollm2_dir), "perturbed": str(perturbed_dir), "prompt": prompt}
-    env = {**_vllm_env(), "PYTHONPATH": str(REPO)}
+    env = {**vllm_env(), "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
         [str(VLLM_PYTHON), str(script), orjson.dumps(spec).decode()],
         env=env,
@@ -450,7 +375,7 @@ def test_in_process_engine_matches_transformers_and_reloads(
     try:
         stdout, stderr = process.communicate(timeout=600)
     finally:
-        _stop(process)  # also reaps any engine-core child left behind
+        stop(process)  # also reaps any engine-core child left behind
     lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
     assert process.returncode == 0 and lines, stdout[-3000:] + stderr[-3000:]
     out = orjson.loads(lines[-1].removeprefix("RESULT "))

@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from runtime.envs.tasks.getters import FetchedFile
 from runtime.judge import FileArtifact, JudgeLimits, run_judge
 
 __all__ = ["JudgeFailed", "sandboxed_judge"]
@@ -27,7 +28,9 @@ class JudgeFailed(Exception):
 
 
 def _artifact(value: Any) -> Any:
-    if isinstance(value, str) and Path(value).is_file():
+    # Only a file a getter fetched is copied in; any other string (a path a task wrote into
+    # a `rule`, say) reaches the judge as a string, so a task cannot hand it host files.
+    if isinstance(value, FetchedFile) and Path(value).is_file():
         return FileArtifact(path=value)
     return value
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import signal
@@ -13,9 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.envs.desktop.lifecycle import Desktop, _remove_stale_x_lock
+from runtime.envs.desktop.lifecycle import Desktop
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.errors import DesktopError
+from runtime.isolation.ids import lease_dir
 
 pytestmark = pytest.mark.desktop
 
@@ -68,18 +70,26 @@ async def test_reset_closes_apps_and_restores_the_home(desktop: Desktop, wait_wi
 
 async def test_stop_leaves_nothing_behind(desktop_root: Path) -> None:
     d = await Desktop.start(root=desktop_root)
-    display, state, desktop_id = d.display, d.state_dir, d.desktop_id
+    state, desktop_id = d.state_dir, d.desktop_id
     async with d.controller() as ctl:
         await ctl.launch(["mousepad"])
         await ctl.launch("sleep 1000", shell=True)
         await asyncio.sleep(0.5)
     assert len(_processes_of(desktop_id)) >= 7  # unshare, init, server, Xvfb, dbus, openbox, apps
+    server = _server_pid(desktop_id)
+    groups = [_cgroup_dir(server, "memory"), _cgroup_dir(server, "pids")]
+    lease = lease_dir() / f"{d.uid}-65536"
     await d.stop()
     await d.stop()  # twice is fine
     assert not state.exists()
-    assert not _exists(f"/tmp/.X{display.lstrip(':')}-lock")
     assert _processes_of(desktop_id) == []
-    _remove_stale_x_lock(display)  # what Desktop.stop would have done
+    assert not any(g.exists() for g in groups)
+    # The uid block is free for the next desktop.
+    fd = os.open(lease, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        os.close(fd)
     with pytest.raises(DesktopError, match="not running"):
         await d.reset()
 
@@ -118,7 +128,8 @@ async def test_desktop_up_cli_starts_and_stops_cleanly(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 60)) for _ in range(2)]
-        assert len({line["display"] for line in lines}) == 2
+        assert len({line["url"] for line in lines}) == 2
+        assert {line["display"] for line in lines} == {":0"}  # each in its own /tmp, as on a VM
         for line in lines:
             headers = {"Authorization": f"Bearer {line['token']}"}
             async with httpx.AsyncClient(base_url=line["url"], headers=headers) as client:
@@ -150,7 +161,7 @@ async def test_desktops_die_with_their_owner(tmp_path: Path) -> None:
         "from runtime.envs.desktop.lifecycle import Desktop\n"
         "async def main():\n"
         f"    d = await Desktop.start(root=Path({str(tmp_path)!r}))\n"
-        "    print(d.desktop_id, d.display, flush=True)\n"
+        "    print(d.desktop_id, flush=True)\n"
         "    await asyncio.sleep(3600)\n"
         "asyncio.run(main())\n"
     )
@@ -158,7 +169,7 @@ async def test_desktops_die_with_their_owner(tmp_path: Path) -> None:
         sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
     )
     line = await asyncio.wait_for(owner.stdout.readline(), 60)
-    desktop_id, display = line.decode().split()
+    desktop_id = line.decode().strip()
     assert len(_processes_of(desktop_id)) >= 5
     owner.kill()
     await owner.wait()
@@ -167,4 +178,70 @@ async def test_desktops_die_with_their_owner(tmp_path: Path) -> None:
             break
         await asyncio.sleep(0.1)
     assert _processes_of(desktop_id) == []
-    _remove_stale_x_lock(display)  # what Desktop.stop would have done
+
+
+def _cgroup_dir(pid: int, controller: str) -> Path:
+    """The folder of the v1 cgroup that holds `pid` in `controller`'s hierarchy."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return Path("/sys/fs/cgroup") / controller / path.lstrip("/")
+    raise AssertionError(f"no {controller} cgroup for {pid}")
+
+
+def _server_pid(desktop_id: str) -> int:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if cmd.startswith(b"unshare"):
+            continue
+        if b"runtime.envs.desktop.server" in cmd and desktop_id.encode() in cmd:
+            return int(pid)
+    raise AssertionError(f"no server for desktop {desktop_id}")
+
+
+async def test_a_desktop_has_bounded_memory_and_processes(desktop_root: Path) -> None:
+    d = await Desktop.start(root=desktop_root, memory_bytes=600 << 20, pids=160)
+    try:
+        server = _server_pid(d.desktop_id)
+        memory, pids = _cgroup_dir(server, "memory"), _cgroup_dir(server, "pids")
+        assert int((memory / "memory.limit_in_bytes").read_text()) == 600 << 20
+        assert int((pids / "pids.max").read_text()) == 160
+        async with d.controller() as ctl:
+            # A fork bomb stops at the cap; the desktop survives it and a reset clears it.
+            bomb = (
+                "import os, time\n"
+                "n = 0\n"
+                "for _ in range(400):\n"
+                "    try:\n"
+                "        if os.fork() == 0:\n"
+                "            os.close(1)\n"  # let /execute see the parent's output end
+                "            os.close(2)\n"
+                "            time.sleep(120)\n"
+                "            os._exit(0)\n"
+                "    except OSError:\n"
+                "        break\n"
+                "    n += 1\n"
+                "print(n)\n"
+            )
+            forked = await ctl.execute(["python", "-c", bomb], timeout=60)
+            assert 0 < int(forked["output"]) < 160, forked
+            await d.reset()
+            assert (await ctl.execute(["echo", "alive"]))["output"] == "alive\n"
+            # Memory past the cap kills the process that took it, not the desktop.
+            hog = await ctl.execute(["python", "-c", "b = bytearray(900 << 20)"], timeout=60)
+            assert hog["returncode"] == -9, hog
+            health = await ctl.health()
+            assert health["status"] == "success", health
+    finally:
+        await d.stop()
+    assert not memory.exists() and not pids.exists()
+
+
+async def test_limits_default_to_what_libreoffice_needs(desktop: Desktop) -> None:
+    server = _server_pid(desktop.desktop_id)
+    memory = int((_cgroup_dir(server, "memory") / "memory.limit_in_bytes").read_text())
+    assert memory == 2 << 30
+    assert int((_cgroup_dir(server, "pids") / "pids.max").read_text()) == 512

@@ -74,6 +74,14 @@ async def test_commands_written_for_osworlds_vm_work_unchanged(ctl: DesktopContr
     sudo = await ctl.execute("echo 'password' | sudo -S touch ~/Desktop/by-sudo", shell=True)
     assert sudo["returncode"] == 0, sudo
     assert await ctl.get_file("/home/user/Desktop/by-sudo") == b""
+    # As on the VM: the rest of stdin reaches the command, and a wrong password is refused.
+    piped = await ctl.execute(
+        "printf 'password\\nrest\\n' | sudo -S -E sh -c 'id -u; cat'", shell=True
+    )
+    assert piped["returncode"] == 0 and piped["output"] == "0\nrest\n", piped
+    wrong = await ctl.execute("echo nope | sudo -S touch ~/Desktop/wrong", shell=True)
+    assert wrong["returncode"] != 0 and "incorrect password" in wrong["error"], wrong
+    assert await ctl.get_file("/home/user/Desktop/wrong") is None
     py = await ctl.run_python("import os; print(os.environ['HOME'])")
     assert py["status"] == "success" and py["output"] == "/home/user\n" and py["return_code"] == 0
     bad_py = await ctl.run_python("raise SystemExit(4)")
@@ -83,6 +91,25 @@ async def test_commands_written_for_osworlds_vm_work_unchanged(ctl: DesktopContr
     )
     assert script["status"] == "success" and script["output"] == "/home/user/Documents\n"
     assert script["error"] == "err\n" and script["returncode"] == 0
+
+
+async def test_sudo_in_a_terminal_asks_for_the_vm_password(
+    ctl: DesktopController, wait_window, wait_file
+) -> None:
+    assert (await ctl.step({"action": "key", "text": "ctrl+alt+t"})).ok
+    await wait_window(ctl, "xterm")
+    await asyncio.sleep(0.5)
+    await ctl.step({"action": "type", "text": "sudo sh -c 'id -u > /home/user/as-root.txt'\n"})
+    await asyncio.sleep(1.0)
+    assert await ctl.get_file("/home/user/as-root.txt") is None  # waiting at the prompt
+    await ctl.step({"action": "type", "text": "wrong\n"})
+    await asyncio.sleep(1.0)
+    assert await ctl.get_file("/home/user/as-root.txt") is None
+    await ctl.step({"action": "type", "text": "password\n"})
+    assert await wait_file(ctl, "/home/user/as-root.txt", "0\n")
+    # As sudo does, the terminal is trusted for a while: no second prompt.
+    await ctl.step({"action": "type", "text": "sudo touch /home/user/again.txt\n"})
+    assert await wait_file(ctl, "/home/user/again.txt", "")
 
 
 async def test_files_round_trip(ctl: DesktopController, desktop: Desktop) -> None:
@@ -103,10 +130,17 @@ async def test_files_round_trip(ctl: DesktopController, desktop: Desktop) -> Non
 async def test_download_from_file_url_and_loopback_http(
     ctl: DesktopController, tmp_path: Path
 ) -> None:
-    source = tmp_path / "in put.csv"
-    source.write_text("a,b\n1,2\n")
-    await ctl.download_file(source.as_uri(), "~/Downloads/local.csv")
+    # file:// URLs name files as the desktop sees them, read with the desktop's rights.
+    await ctl.upload_file("/home/user/in put.csv", b"a,b\n1,2\n")
+    await ctl.download_file(Path("/home/user/in put.csv").as_uri(), "~/Downloads/local.csv")
     assert await ctl.get_file("/home/user/Downloads/local.csv") == b"a,b\n1,2\n"
+    host_only = tmp_path / "host.csv"
+    host_only.write_text("host\n")
+    with pytest.raises(DesktopError, match="no such file"):
+        await ctl.download_file(host_only.as_uri(), "/home/user/x")
+    with pytest.raises(DesktopError, match="ermission denied"):
+        await ctl.download_file("file:///etc/shadow", "/home/user/shadow")
+    assert await ctl.get_file("/home/user/shadow") is None
 
     async def serve(_request: web.Request) -> web.Response:
         return web.Response(text="served")

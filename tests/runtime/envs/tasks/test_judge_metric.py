@@ -55,3 +55,39 @@ async def test_a_failing_judge_scores_zero_with_its_reason(tmp_path):
     scored = await evaluate(None, _task(tmp_path, 30, "hangs"), [])
     assert scored.score == 0.0
     assert scored.funcs[0].error.startswith("JudgeFailed: timeout")
+
+
+READS = """
+def judge(artifacts):
+    try:
+        with open(artifacts["result"]) as f:
+            return 1.0 if f.read().startswith(artifacts["expected"]) else 0.0
+    except OSError:
+        return 0.0
+"""
+
+
+@pytest.mark.parametrize("target", ["/etc/shadow", "secret"])
+async def test_a_task_cannot_hand_a_host_file_to_its_judge(tmp_path, target):
+    # Only files a getter fetched reach a judge as files; a path in a `rule` stays a string.
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret\n")
+    secret.chmod(0o600)
+    path, start = ("/etc/shadow", "root:") if target == "/etc/shadow" else (str(secret), "host")
+    (tmp_path / "task").mkdir()
+    (tmp_path / "task" / "task.json").write_text(
+        json.dumps(
+            {
+                "id": "exfiltrates",
+                "instruction": "nothing",
+                "evaluator": {
+                    "func": "sandboxed_judge",
+                    "result": {"type": "rule", "rules": path},
+                    "expected": {"type": "rule", "rules": start},
+                    "options": {"source": READS, "wall_seconds": 5},
+                },
+            }
+        )
+    )
+    scored = await evaluate(None, load_task(tmp_path / "task" / "task.json"), [])
+    assert scored.score == 0.0, scored

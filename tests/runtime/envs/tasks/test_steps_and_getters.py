@@ -153,3 +153,64 @@ async def test_terminal_output_and_agent_answer(ctl, tmp_path):
     text = await get_state(ctx, {"type": "vm_terminal_output"})
     assert "terminal-42" in text and "\x1b" not in text
     json.dumps(text)
+
+
+def _download(url: str, path: str = "/home/user/fetched") -> dict:
+    return {"type": "download", "parameters": {"files": [{"url": url, "path": path}]}}
+
+
+def _upload(local_path: str, path: str = "/home/user/fetched") -> dict:
+    return {
+        "type": "upload_file",
+        "parameters": {"files": [{"local_path": local_path, "path": path}]},
+    }
+
+
+async def test_file_urls_reach_only_the_task_folder_and_the_home(ctl, tmp_path):
+    # A task's setup and getters are as untrusted as its judge: they must not read host files.
+    task_dir = tmp_path / "task"
+    (task_dir / "inputs").mkdir(parents=True)
+    (task_dir / "inputs" / "ok.txt").write_text("inside the task folder\n")
+    secret = tmp_path / "secret.txt"  # beside the task folder, not in it
+    secret.write_text("host secret\n")
+    (task_dir / "inputs" / "link.txt").symlink_to(secret)
+    for step in (
+        _download("file:///etc/shadow"),
+        _download(secret.as_uri()),
+        _download("file://../secret.txt"),
+        _download("file://inputs/link.txt"),
+        _upload("/etc/shadow"),
+        _upload(str(secret)),
+        _upload("../secret.txt"),
+        _upload("inputs/link.txt"),
+    ):
+        with pytest.raises(TaskError, match="outside the task folder"):
+            await run_steps(ctl, [step], task_dir)
+    assert await ctl.get_file("/home/user/fetched") is None
+    ctx = _ctx(ctl, tmp_path, task_dir)
+    for spec in (
+        {"type": "cloud_file", "path": "file:///etc/shadow", "dest": "shadow"},
+        {"type": "cloud_file", "path": secret.as_uri(), "dest": "s.txt"},
+        {"type": "cloud_file", "path": "../secret.txt", "dest": "s.txt"},
+        {"type": "cloud_file", "path": "inputs/link.txt", "dest": "s.txt"},
+        {"type": "cache_file", "path": "/etc/shadow"},
+        {"type": "cache_file", "path": "../secret.txt"},
+    ):
+        with pytest.raises(TaskError, match="outside the task folder"):
+            await get_state(ctx, spec)
+    # A task without a folder (one from the tasks topic) reads no host file at all.
+    with pytest.raises(TaskError, match="outside the task folder"):
+        await run_steps(ctl, [_download("file://inputs/ok.txt")], None)
+    # The task folder (relative or absolute) and the desktop's own home are fine.
+    await run_steps(ctl, [_download("file://inputs/ok.txt", "/home/user/a.txt")], task_dir)
+    ok_uri = (task_dir / "inputs" / "ok.txt").as_uri()
+    await run_steps(ctl, [_upload(ok_uri[len("file://") :], "/home/user/b.txt")], task_dir)
+    await run_steps(ctl, [_download("file:///home/user/a.txt", "/home/user/c.txt")], None)
+    for name in ("a", "b", "c"):
+        assert await ctl.get_file(f"/home/user/{name}.txt") == b"inside the task folder\n"
+    home = await get_state(
+        ctx, {"type": "cloud_file", "path": "file:///home/user/c.txt", "dest": "c.txt"}
+    )
+    assert _text(home) == "inside the task folder\n"
+    with pytest.raises(TaskError, match="cannot read"):
+        await get_state(ctx, {"type": "cloud_file", "path": "file:///home/user/none", "dest": "n"})

@@ -1,12 +1,15 @@
 """The archive's layout and columns: pure functions, no I/O.
 
-    DIR/<topic>/partition=<p>/<first offset>-<last offset>.parquet
+    DIR/<topic>/run=<run id>/partition=<p>/<first offset>-<last offset>.parquet
 
-A file holds a contiguous offset range of one partition (offsets skipped by the broker,
-such as dead-lettered garbage, simply have no row). File names carry the range, so a
-restarted archiver knows what is already on disk without reading any file. Columns are
-the Kafka coordinates (`_partition`, `_offset`, `_timestamp_ms`, `_key`) followed by the
-event's fields; nested dict fields are stored as JSON text so any task JSON fits one column.
+A run is one incarnation of the log (see runtime/runs.py): an in-memory broker starts
+every run at offset 0, so offsets are only unique within a run, and each run has its own
+folders. A file holds a contiguous offset range of one partition of one run (offsets with
+no row were dead-lettered garbage or dropped duplicates). File names carry the range, so
+a restarted archiver knows what is already on disk without reading any file. Columns are
+the Kafka coordinates (`_partition`, `_offset`, `_timestamp_ms`, `_key`), the event's
+`_dedup_id` (the identity consumers deduplicate by), then the event's fields; nested dict
+fields are stored as JSON text so any task JSON fits one column. Readers add `_run`.
 """
 
 from __future__ import annotations
@@ -28,15 +31,37 @@ __all__ = [
     "file_name",
     "parse_file_name",
     "partition_dir",
+    "run_dir_name",
+    "parse_run_dir",
+    "LEGACY_RUN",
 ]
 
 _FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
-META_COLUMNS = ("_partition", "_offset", "_timestamp_ms", "_key")
+_RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+META_COLUMNS = ("_partition", "_offset", "_timestamp_ms", "_key", "_dedup_id")
+LEGACY_RUN = "legacy"  # archives written before runs existed: partition folders under the topic
 
 
-def partition_dir(topic_name: str, partition: int) -> str:
-    """Return the archive-relative folder of one topic partition."""
-    return f"{topic_name}/partition={partition}"
+def run_dir_name(run_id: str) -> str:
+    """Return the folder name of one run, refusing ids that could escape the archive."""
+    if not _RUN.match(run_id):
+        raise ValueError(f"bad run id {run_id!r}")
+    return f"run={run_id}"
+
+
+def parse_run_dir(name: str) -> str | None:
+    """Return the run id of a `run=<id>` folder name, or None."""
+    if name.startswith("run="):
+        run_id = name[len("run=") :]
+        return run_id if _RUN.match(run_id) else None
+    return None
+
+
+def partition_dir(topic_name: str, partition: int, run_id: str) -> str:
+    """Return the archive-relative folder of one topic partition in one run."""
+    if run_id == LEGACY_RUN:
+        return f"{topic_name}/partition={partition}"
+    return f"{topic_name}/{run_dir_name(run_id)}/partition={partition}"
 
 
 def file_name(first_offset: int, last_offset: int) -> str:
@@ -88,6 +113,7 @@ def arrow_schema(event_type: type[Event]) -> pa.Schema:
         pa.field("_offset", pa.int64()),
         pa.field("_timestamp_ms", pa.int64()),
         pa.field("_key", pa.binary()),
+        pa.field("_dedup_id", pa.string()),
     ]
     return pa.schema(meta + [pa.field(name, t) for name, t, _ in _columns(event_type)])
 
@@ -106,6 +132,7 @@ def events_to_table(
         data["_offset"].append(offset)
         data["_timestamp_ms"].append(ts)
         data["_key"].append(key)
+        data["_dedup_id"].append(event.dedup_id())
         for name, _, as_json in cols:
             value = getattr(event, name)
             if as_json and value is not None:

@@ -1,0 +1,1 @@
+"""The dashboard: a live web page over the log (or an archived run); see docs/dashboard.md."""

@@ -1,0 +1,411 @@
+"""The dashboard's web server: one page, its panels over server-sent events, and thumbnails.
+
+    async with serve_dashboard(settings, port=0) as url:     # live, from the broker
+        ...
+    async with serve_dashboard(archive="var/archive", run="latest") as url:
+        ...
+
+Routes: `/` the page, `/events` the panels as server-sent events (each event named after
+its panel, sent again whenever the panel changes), `/api/panels` all panels as one JSON
+document, `/api/runs` the runs one can open, `/blob/sha256:...?w=320` a screenshot from
+the blob store (shrunk to `w` pixels wide as JPEG; content-addressed, so cached forever).
+The chart library is Chart.js from `web/node_modules` (installed by `npm ci`, never fetched
+from a CDN); without it the page says how to install it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import io
+import ipaddress
+import logging
+import re
+import socket
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import orjson
+import uvicorn
+from PIL import Image, UnidentifiedImageError
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from starlette.routing import Route
+
+from consumers.dashboard.archive import load_archived_run, resolve_run
+from consumers.dashboard.follow import LogFollower
+from consumers.dashboard.state import PANELS, DashboardConfig, DashboardState
+from runtime.archive.store import ArchiveStore
+from runtime.blobstore import BlobStore, open_blob_store
+from runtime.config import BusSettings
+from runtime.errors import BlobCorrupt, BlobNotFound, ConfigError, ScaleCUAError
+
+__all__ = [
+    "ArchiveSource",
+    "LiveSource",
+    "WEB",
+    "bundle_problem",
+    "create_app",
+    "is_loopback",
+    "serve_dashboard",
+]
+
+log = logging.getLogger(__name__)
+
+WEB = Path(__file__).resolve().parent / "web"
+CHART_JS = WEB / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js"
+_ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+_REF = re.compile(r"sha256:[0-9a-f]{64}")
+_IMMUTABLE = "public, max-age=31536000, immutable"  # a blob's bytes never change
+# The page loads nothing from elsewhere: a CDN reference would be blocked and show up.
+_CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
+_THUMB_CACHE_BYTES = 32 << 20
+_ARCHIVED_RUNS_KEPT = 4
+
+
+def bundle_problem() -> str | None:
+    """Return why the page cannot load its chart library, or None when it can."""
+    if CHART_JS.is_file():
+        return None
+    return (
+        f"The dashboard's chart library is not installed ({CHART_JS} is missing). "
+        "Run `bash infra/install.sh`, or `npm ci` in consumers/dashboard/web."
+    )
+
+
+def is_loopback(host: str) -> bool:
+    """Return whether a listen address only accepts connections from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class LiveSource:
+    """One state fed by the live log."""
+
+    mode = "live"
+
+    def __init__(self, settings: BusSettings, config: DashboardConfig, poll_s: float) -> None:
+        self.state = DashboardState(config, source=f"broker {settings.bootstrap}")
+        self.follower = LogFollower(settings, self.state, poll_s=poll_s)
+
+    async def start(self) -> None:
+        await self.follower.start()
+
+    async def stop(self) -> None:
+        await self.follower.stop()
+
+    async def state_for(self, run: str | None) -> DashboardState:
+        return self.state
+
+    async def runs(self) -> list[str]:
+        return [r.run_id for r in self.state.runs]
+
+
+class ArchiveSource:
+    """Archived runs, each loaded into its own state when first asked for."""
+
+    mode = "archive"
+
+    def __init__(self, root: str, run: str | None, config: DashboardConfig) -> None:
+        self.store = ArchiveStore(root)
+        self.default_run = run
+        self.config = config
+        self._states: OrderedDict[str, DashboardState] = OrderedDict()
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await self.state_for(None)  # a wrong --run fails before the URL is printed
+
+    async def stop(self) -> None:
+        self._states.clear()
+
+    async def state_for(self, run: str | None) -> DashboardState:
+        async with self._lock:
+            run_id = await asyncio.to_thread(resolve_run, self.store, run or self.default_run)
+            if run_id not in self._states:
+                self._states[run_id] = await asyncio.to_thread(
+                    load_archived_run, self.store, run_id, self.config
+                )
+                while len(self._states) > _ARCHIVED_RUNS_KEPT:
+                    self._states.popitem(last=False)
+            self._states.move_to_end(run_id)
+            return self._states[run_id]
+
+    async def runs(self) -> list[str]:
+        return await asyncio.to_thread(self.store.runs)
+
+
+class _Panels:
+    """Each state's panels encoded once per version, shared by every client."""
+
+    def __init__(self) -> None:
+        self._cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def encoded(self, state: DashboardState, name: str) -> bytes:
+        entries = self._cache.setdefault(state, {})
+        version = state.versions[name]
+        hit = entries.get(name)
+        if hit is None or hit[0] != version:
+            hit = (version, orjson.dumps(state.panel(name)))
+            entries[name] = hit
+        return hit[1]
+
+
+class _Thumbnails:
+    """Shrunk screenshots, newest kept within a byte budget."""
+
+    def __init__(self, budget: int = _THUMB_CACHE_BYTES) -> None:
+        self.budget = budget
+        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: tuple[str, int]) -> bytes | None:
+        data = self._items.get(key)
+        if data is not None:
+            self._items.move_to_end(key)
+        return data
+
+    def put(self, key: tuple[str, int], data: bytes) -> None:
+        self._items[key] = data
+        self._bytes += len(data)
+        while self._bytes > self.budget and len(self._items) > 1:
+            _, old = self._items.popitem(last=False)
+            self._bytes -= len(old)
+
+
+def _thumbnail(data: bytes, width: int) -> bytes:
+    """Return an image shrunk to `width` pixels wide (never enlarged) as JPEG."""
+    with Image.open(io.BytesIO(data)) as image:
+        image = image.convert("RGB")
+        if image.width > width:
+            height = max(1, round(image.height * width / image.width))
+            image = image.resize((width, height), Image.Resampling.LANCZOS)
+        out = io.BytesIO()
+        image.save(out, "JPEG", quality=82, optimize=True)
+        return out.getvalue()
+
+
+def _image_type(data: bytes) -> str | None:
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def create_app(
+    source: LiveSource | ArchiveSource,
+    blobs: BlobStore | None,
+    *,
+    interval_s: float = 0.5,
+) -> Starlette:
+    """Build the dashboard's ASGI app over a live or archive source."""
+    panels, thumbs = _Panels(), _Thumbnails()
+    closing = asyncio.Event()
+
+    async def page(request: Request) -> Response:
+        problem = bundle_problem()
+        if problem is not None:
+            body = f"<h1>Dashboard unavailable</h1><p>{html.escape(problem)}</p>"
+            return HTMLResponse(f"<!doctype html><title>scalecua dashboard</title>{body}", 503)
+        return FileResponse(WEB / "index.html", headers={"Content-Security-Policy": _CSP})
+
+    async def asset(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name == "chart.umd.min.js":
+            if bundle_problem() is not None:
+                return Response(bundle_problem(), status_code=503, media_type="text/plain")
+            return FileResponse(CHART_JS, media_type="text/javascript")
+        if name not in _ASSETS:
+            return Response("not found", status_code=404, media_type="text/plain")
+        return FileResponse(WEB / name, media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    async def state_of(request: Request) -> DashboardState:
+        return await source.state_for(request.query_params.get("run") or None)
+
+    async def events(request: Request) -> Response:
+        state = await state_of(request)
+
+        async def stream() -> AsyncIterator[dict[str, str]]:
+            sent: dict[str, int] = {}
+            while not closing.is_set():
+                for name in PANELS:
+                    version = state.versions[name]
+                    if sent.get(name) != version:
+                        sent[name] = version
+                        yield {"event": name, "data": panels.encoded(state, name).decode()}
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(closing.wait(), interval_s)
+
+        return EventSourceResponse(stream(), ping=15, send_timeout=30, headers={"Cache-Control": "no-store"})  # fmt: skip
+
+    async def all_panels(request: Request) -> Response:
+        state = await state_of(request)
+        body = b"{" + b",".join(
+            orjson.dumps(name) + b":" + panels.encoded(state, name) for name in PANELS
+        ) + b"}"  # fmt: skip
+        return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
+
+    async def runs(request: Request) -> Response:
+        current = (await state_of(request)).runs
+        return JSONResponse(
+            {
+                "mode": source.mode,
+                "runs": await source.runs(),
+                "current": current[-1].run_id if current else None,
+            }
+        )
+
+    async def blob(request: Request) -> Response:
+        ref = request.path_params["ref"]
+        if not _REF.fullmatch(ref):
+            return Response("not a blob reference", status_code=400, media_type="text/plain")
+        try:
+            width = int(request.query_params.get("w", "0"))
+        except ValueError:
+            width = -1
+        if width != 0 and not 32 <= width <= 1920:
+            return Response("w: 0 (original) or 32..1920", status_code=400, media_type="text/plain")
+        etag = f'"{ref[7:]}-{width}"'
+        headers = {"Cache-Control": _IMMUTABLE, "ETag": etag, "X-Content-Type-Options": "nosniff"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        if blobs is None:
+            return Response("no blob store", status_code=404, media_type="text/plain")
+        cached = thumbs.get((ref, width)) if width else None
+        if cached is not None:
+            return Response(cached, media_type="image/jpeg", headers=headers)
+        try:
+            data = await blobs.aget(ref)
+        except BlobNotFound:
+            return Response(f"no blob {ref}", status_code=404, media_type="text/plain")
+        except BlobCorrupt as exc:
+            return Response(str(exc), status_code=502, media_type="text/plain")
+        kind = _image_type(data)
+        if kind is None:
+            return Response("not an image", status_code=415, media_type="text/plain")
+        if not width:
+            return Response(data, media_type=kind, headers=headers)
+        try:
+            small = await asyncio.to_thread(_thumbnail, data, width)
+        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
+            return Response(f"unreadable image: {exc}", status_code=415, media_type="text/plain")
+        thumbs.put((ref, width), small)
+        return Response(small, media_type="image/jpeg", headers=headers)
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"ok": True, "mode": source.mode})
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        # A run the archive does not have is the asker's mistake; storage failures are not.
+        status = 404 if isinstance(exc, ConfigError) else 502
+        return Response(str(exc), status_code=status, media_type="text/plain")
+
+    app = Starlette(
+        exception_handlers={ScaleCUAError: refused},
+        routes=[
+            Route("/", page),
+            Route("/static/{name}", asset),
+            Route("/events", events),
+            Route("/api/panels", all_panels),
+            Route("/api/runs", runs),
+            Route("/blob/{ref}", blob),
+            Route("/healthz", health),
+        ],
+    )
+    app.state.closing = closing
+    return app
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers: whoever owns the loop owns the signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"the dashboard cannot listen on {host}:{port}: {exc.strerror}") from exc
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
+
+
+@contextlib.asynccontextmanager
+async def serve_dashboard(
+    settings: BusSettings | None = None,
+    *,
+    archive: str | None = None,
+    run: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    config: DashboardConfig | None = None,
+    blobs: BlobStore | None = None,
+    poll_s: float = 2.0,
+    interval_s: float = 0.5,
+) -> AsyncIterator[str]:
+    """Serve the dashboard on the running loop (live from `settings`, or an `archive` run).
+
+    Yields the page's URL; on exit, ends every open stream and stops the server and the
+    log reader. Raises ConfigError for a port in use or a run not in the archive.
+    """
+    config = config or DashboardConfig()
+    if archive is not None:
+        source: LiveSource | ArchiveSource = ArchiveSource(archive, run, config)
+    elif settings is not None:
+        source = LiveSource(settings, config, poll_s)
+    else:
+        raise ConfigError("the dashboard needs bus settings (live) or an archive")
+    if blobs is None:
+        blobs = open_blob_store()
+    if bundle_problem() is not None:
+        log.warning("%s", bundle_problem())
+    sock = _listen(host, port)
+    try:
+        await source.start()
+    except BaseException:
+        sock.close()
+        raise
+    app = create_app(source, blobs, interval_s=interval_s)
+    server = _Server(
+        uvicorn.Config(
+            app, log_config=None, log_level="warning", access_log=False, lifespan="off",
+            timeout_graceful_shutdown=3,
+        )
+    )  # fmt: skip
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # raises what stopped it
+                raise ConfigError("the dashboard's server stopped while starting")
+            await asyncio.sleep(0.02)
+        bound_host, bound_port = sock.getsockname()[:2]
+        shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+        yield f"http://{shown}:{bound_port}/"
+    finally:
+        app.state.closing.set()
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+            await asyncio.wait_for(task, 10)
+        await source.stop()
+        sock.close()

@@ -1,0 +1,153 @@
+"""Evaluate a policy: play each task once, greedily, through the rollout worker and the judge.
+
+The same episode loop and judge as training, on a log of its own: tasks and one request per
+task go to an embedded broker started for the evaluation, a rollout worker plays them with
+temperature 0 on real desktops, the judge scores them, and the rewards come back as
+outcomes. Never a training run's log: there its segmenter and trainer (SFT keeps successful
+episodes) would learn from the evaluation's episodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+from consumers.evaluation.stats import Outcome
+from runtime.config import BusSettings
+from topics.events import Reward, RolloutRequest, TaskEvent
+
+__all__ = ["EvalConfig", "evaluate_policy"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How the evaluation plays: the policy, its desktops and its limits."""
+
+    policy: str  # tiny | smollm2 | a model folder
+    desktops: int = 2
+    max_steps: int = 5
+    max_tokens: int = 96
+    observe: str | None = None  # default: a11y for text-only policies, else screenshot
+    image_max_side: int = 1280
+    context: tuple[int, int] = (5, 5)
+    judge_version: str = "osworld-metrics-v1"
+    incomplete_reward: float = -0.2
+    timeout_s: float = 3600.0
+
+
+@contextlib.asynccontextmanager
+async def _log() -> AsyncIterator[BusSettings]:
+    from runtime.broker import EmbeddedBroker, free_port
+
+    broker = EmbeddedBroker(free_port())
+    await broker.start()
+    try:
+        yield BusSettings(bootstrap=broker.bootstrap)
+    finally:
+        broker.stop()
+
+
+async def _publish(settings: BusSettings, events: list[TaskEvent]) -> int:
+    from producers.task_import import publish_tasks
+
+    return await publish_tasks(settings, events)
+
+
+async def evaluate_policy(
+    config: EvalConfig,
+    events: list[TaskEvent],
+    family_of: Callable[[str], str],
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> list[Outcome]:
+    """Play every task once with the policy (greedy) and return the judged outcomes."""
+    from consumers.judge.service import Judge, JudgeConfig
+    from consumers.rollout.episode import EpisodeConfig
+    from consumers.rollout.players import build_player
+    from consumers.rollout.service import RolloutConfig, rollout_service
+    from producers.rollout_requests import publish_requests
+    from runtime.blobstore import open_blob_store
+    from runtime.engines.base import SamplingParams
+    from runtime.service import ServiceRunner
+
+    say = progress or (lambda _msg: None)
+    sampling = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, stop=("</tool_call>",))
+    player = build_player(config.policy, sampling=sampling, context_window=config.context)
+    observe = config.observe
+    if observe is None:
+        text_only = player.processor is not None and not player.processor.is_multimodal
+        observe = "a11y" if text_only else "screenshot"
+    tag = uuid.uuid4().hex[:6]
+    requests = [
+        RolloutRequest(
+            task_id=e.task_id,
+            group_id=f"eval-{tag}-{e.task_id}",
+            group_size=1,
+            sample_index=0,
+            policy_version=0,
+            max_steps=config.max_steps,
+        )  # fmt: skip
+        for e in events
+    ]
+    blobs = open_blob_store()
+    rollout_config = RolloutConfig(
+        desktops=config.desktops, group_id=f"eval-rollout-{tag}",
+        episode=EpisodeConfig(observe=observe, image_max_side=config.image_max_side),
+    )  # fmt: skip
+    judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, f"eval-judge-{tag}")
+    async with _log() as settings:
+        published = await _publish(settings, events)
+        say(f"{published} tasks on a log of its own, policy "
+            f"{config.policy} greedy on {config.desktops} desktops, observing {observe}")  # fmt: skip
+        judge = ServiceRunner(Judge(judge_config, blobs), settings, metrics_interval_s=3600)
+        tasks = [asyncio.create_task(judge.run(install_signal_handlers=False))]
+        try:
+            async with rollout_service(settings, rollout_config, player, blobs) as worker:
+                tasks.append(asyncio.create_task(worker.run(install_signal_handlers=False)))
+                await publish_requests(settings, requests)
+                rewards = await asyncio.wait_for(
+                    _rewards(settings, requests, config.judge_version, say), config.timeout_s
+                )
+                worker.stop()
+        finally:
+            judge.stop()
+            for task in tasks:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(task, 60)
+    return [
+        Outcome(r.task_id, family_of(r.task_id), r.score if r.scored else None, r.status, r.reason)
+        for r in rewards
+    ]
+
+
+async def _rewards(
+    settings: BusSettings, requests: list[RolloutRequest], judge_version: str,
+    say: Callable[[str], None],
+) -> list[Reward]:  # fmt: skip
+    """Follow `reward` from the start until every request has one of this judge version."""
+    from runtime.bus import EventConsumer
+
+    wanted = {r.trajectory() for r in requests}
+    out: list[Reward] = []
+    started = time.monotonic()
+    async with EventConsumer(settings, ["reward"], group_id=None) as consumer:
+        await consumer.read_all("reward")
+        while wanted:
+            for record in await consumer.getmany(timeout_ms=500):
+                reward = record.event
+                if not isinstance(reward, Reward) or reward.judge_version != judge_version:
+                    continue
+                if reward.request_id in wanted:
+                    wanted.discard(reward.request_id)
+                    out.append(reward)
+                    if len(out) % 10 == 0 or not wanted:
+                        say(f"{len(out)}/{len(requests)} played, "
+                            f"{time.monotonic() - started:.0f}s")  # fmt: skip
+    return out

@@ -1,0 +1,1 @@
+"""The judge: scores finished trajectories from their collected artifacts into `reward`."""

@@ -1,0 +1,1 @@
+"""Rollout workers: play rollout requests on real desktops and write every turn to the log."""

@@ -1,0 +1,378 @@
+"""The rollout worker: a consumer group on `rollout-requests` playing many episodes at once.
+
+Requests are queued as they arrive and played as desktops free up (one episode per desktop;
+the engine batches their generation requests). The worker is a stateful processor: a
+request's offset stays uncommitted (the low-watermark) until its episode has ended and its
+events were handed to the runner, so a worker killed mid-episode loses no request — the
+request is redelivered, and the new attempt gets a new trajectory id, leaving the partial
+one superseded. The runner stops fetching while the queue is full (`wants`).
+
+Faults: the desktop dying mid-episode retries the request once on a fresh desktop; a second
+failure, an engine or blob-store outage, or an unknown task end the request as status
+`error` with the reason (an environment failure: no score, dropped from its group).
+
+Weights: the worker follows `policy-updates` (every replica reads it whole, outside the
+group) and loads a newer version between episodes (`reload="episode"`: new episodes wait
+until the running ones end) or between turns (`reload="turn"`); every step is stamped with
+the version that generated it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from consumers.rollout.episode import (
+    EpisodeConfig,
+    complete_with_error,
+    error_result,
+    run_episode,
+)
+from consumers.rollout.players import Player
+from runtime.blobstore import BlobStore
+from runtime.bus import EventConsumer, Record
+from runtime.config import BusSettings
+from runtime.envs.desktop.pool import DesktopPool
+from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, load_builtin, reference_solution
+from runtime.envs.tasks.model import Task
+from runtime.errors import ConfigError, DesktopError, StorageError
+from runtime.service import Output, ServiceRunner
+from runtime.tables import TopicTable
+from topics.events import Event, PolicyUpdate, RolloutRequest, TaskEvent
+
+__all__ = ["RolloutConfig", "RolloutWorker", "PolicyFollower", "resolve_task", "rollout_service"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """How many episodes a worker runs and how it takes new weights."""
+
+    desktops: int = 2  # episodes at once (one desktop each)
+    queued: int | None = None  # requests held beyond the running ones (default: desktops)
+    reload: str = "episode"  # "episode": between episodes; "turn": as soon as announced
+    retries: int = 1  # fresh-desktop retries of a request whose desktop died
+    episode: EpisodeConfig = field(default_factory=EpisodeConfig)
+    group_id: str = "rollout"
+
+
+@dataclass(eq=False)
+class _Job:
+    tp: TopicPartition
+    offset: int
+    request: RolloutRequest
+    task: asyncio.Task | None = None
+
+
+def resolve_task(
+    task_id: str, tasks: TopicTable | None
+) -> tuple[Task, list[dict[str, Any]] | None] | None:
+    """Return a task (from `tasks`, else the built-in pool) and its reference solution, if any."""
+    event = tasks.get(task_id) if tasks is not None else None
+    builtin = task_id in _BUILTIN
+    if isinstance(event, TaskEvent):
+        base_dir = POOL_DIR if event.source == "builtin" and builtin else None
+        task = Task.from_dict(event.task, base_dir=base_dir, where=task_id)
+    elif builtin:
+        task = load_builtin(task_id)
+    else:
+        return None
+    solution = task.extra.get("solution")
+    if not isinstance(solution, list):
+        solution = reference_solution(task_id) if builtin else None
+    return task, solution
+
+
+_BUILTIN = set(builtin_ids())
+
+
+class RolloutWorker:
+    """Processor that plays rollout requests on a desktop pool; see the module doc."""
+
+    topics = ["rollout-requests"]
+    dedup = True  # a redelivered copy of a request already played is not played again
+
+    def __init__(
+        self,
+        config: RolloutConfig,
+        player: Player,
+        pool: DesktopPool,
+        blobs: BlobStore,
+        tasks: TopicTable | None = None,
+        worker_id: str | None = None,
+    ) -> None:
+        self.config = config
+        self.name = config.group_id
+        self.player = player
+        self.pool = pool
+        self.blobs = blobs
+        self.tasks = tasks
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self._queue: deque[_Job] = deque()
+        self._running: set[_Job] = set()
+        self._held: dict[TopicPartition, dict[int, _Job]] = {}
+        self._outbox: list[Output] = []
+        self._finished: list[_Job] = []
+        self._update: PolicyUpdate | None = None  # announced, not yet loaded
+        self._reloading = False
+        self.episodes = 0
+
+    # -- the processor ------------------------------------------------------------------
+    async def process(self, record: Record) -> list[Output]:
+        """Queue a request; episodes start in tick() as desktops free up."""
+        job = _Job(record.tp, record.offset, record.event)
+        self._held.setdefault(record.tp, {})[record.offset] = job
+        self._queue.append(job)
+        return []
+
+    def wants(self) -> int:
+        """How many more requests the worker can hold now (0 pauses fetching)."""
+        capacity = self.config.desktops + (
+            self.config.queued if self.config.queued is not None else self.config.desktops
+        )
+        return max(0, capacity - len(self._queue) - len(self._running))
+
+    def low_watermark(self, tp: TopicPartition) -> int | None:
+        """Return the oldest request of `tp` not yet finished and handed to the runner."""
+        held = self._held.get(tp)
+        return min(held) if held else None
+
+    async def tick(self) -> list[Output]:
+        """Start episodes on free desktops, load announced weights, hand over events."""
+        if self._update is not None and self.config.reload == "episode" and not self._running:
+            await self._load(self._update)
+        while self._queue and len(self._running) < self.config.desktops and not self._waiting():
+            job = self._queue.popleft()
+            job.task = asyncio.create_task(self._play(job))
+            self._running.add(job)
+        return self._drain()
+
+    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
+        """Nothing to prepare: requests arrive as records."""
+
+    async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
+        """Abandon requests of partitions moving elsewhere (their new owner replays them)."""
+        doomed = [
+            j for held in (self._held.get(tp, {}) for tp in partitions) for j in held.values()
+        ]
+        await self._cancel(doomed)
+        for tp in partitions:
+            self._held.pop(tp, None)
+        return self._drain()
+
+    async def close(self) -> list[Output]:
+        """Abandon every episode on shutdown (their requests are replayed after a restart)."""
+        await self._cancel([j for held in self._held.values() for j in held.values()])
+        return self._drain()
+
+    # -- weights ------------------------------------------------------------------------
+    async def announce(self, update: PolicyUpdate) -> None:
+        """Take note of newer weights; load them now or between episodes (config.reload)."""
+        if update.policy_version <= self.player.policy_version:
+            return
+        if self._update is not None and update.policy_version <= self._update.policy_version:
+            return
+        self._update = update
+        if self.config.reload == "turn":
+            await self._load(update)
+        # "episode": tick() loads it once no episode is running (new ones wait till then).
+
+    def _waiting(self) -> bool:
+        return self._reloading or (self._update is not None and self.config.reload == "episode")
+
+    async def _load(self, update: PolicyUpdate) -> None:
+        if self._reloading or update.policy_version <= self.player.policy_version:
+            return  # already loading (tick and the follower both call this), or loaded
+        self._reloading = True
+        try:
+            log.info("loading policy version %d from %s", update.policy_version,
+                     update.checkpoint_uri)  # fmt: skip
+            await self.player.load_weights(update.checkpoint_uri, update.policy_version)
+        except Exception as exc:  # a broken checkpoint must not stop the worker
+            log.error("policy version %d did not load (%s); keeping version %d",
+                      update.policy_version, exc, self.player.policy_version)  # fmt: skip
+        finally:
+            self._reloading = False
+            if self._update is update:
+                self._update = None
+
+    # -- episodes -----------------------------------------------------------------------
+    def _emit(self, topic_name: str, event: Event) -> None:
+        self._outbox.append(Output(topic_name, event))
+
+    def _drain(self) -> list[Output]:
+        """Hand over queued events; release requests whose last event is among them."""
+        out, self._outbox = self._outbox, []
+        for job in self._finished:
+            self._held.get(job.tp, {}).pop(job.offset, None)
+        self._finished = []
+        return out
+
+    async def _cancel(self, jobs: list[_Job]) -> None:
+        for job in jobs:
+            if job in self._queue:
+                self._queue.remove(job)
+            if job.task is not None and not job.task.done():
+                job.task.cancel()
+        for job in jobs:
+            if job.task is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await job.task
+            self._running.discard(job)
+
+    async def _play(self, job: _Job) -> None:
+        request = job.request
+        try:
+            await self._play_request(request)
+        except asyncio.CancelledError:
+            self._running.discard(job)  # abandoned: its request stays held, to be replayed
+            raise
+        except Exception as exc:  # a bug must not lose the request silently
+            log.exception("episode of %s failed", request.trajectory())
+            result = error_result(_trajectory_id(request, 0), f"{type(exc).__name__}: {exc}")
+            complete_with_error(self._emit, request, result, attempt=0, worker_id=self.worker_id)
+        self._running.discard(job)
+        self._finished.append(job)
+        self.episodes += 1
+
+    async def _play_request(self, request: RolloutRequest) -> None:
+        found = resolve_task(request.task_id, self.tasks)
+        if found is None:
+            result = error_result(_trajectory_id(request, 0), f"unknown task {request.task_id!r}")
+            complete_with_error(self._emit, request, result, attempt=0, worker_id=self.worker_id)
+            return
+        task, solution = found
+        failure: Exception | None = None
+        for attempt in range(self.config.retries + 1):
+            trajectory_id = _trajectory_id(request, attempt)
+            try:
+                async with self.pool.acquire() as desktop, desktop.controller() as controller:
+                    await run_episode(
+                        controller, request, task, self.player, self.blobs, self._emit,
+                        trajectory_id=trajectory_id, attempt=attempt, config=self.config.episode,
+                        worker_id=self.worker_id, solution=solution,
+                    )  # fmt: skip
+                return
+            except DesktopError as exc:
+                failure = exc
+                log.warning("desktop failed during %s (attempt %d): %s", trajectory_id,
+                            attempt, exc)  # fmt: skip
+            except StorageError as exc:
+                result = error_result(trajectory_id, f"blob store unavailable: {exc}")
+                complete_with_error(
+                    self._emit, request, result, attempt=attempt, worker_id=self.worker_id
+                )
+                return
+        result = error_result(
+            trajectory_id, f"the desktop failed on {self.config.retries + 1} attempts: {failure}"
+        )
+        complete_with_error(self._emit, request, result, attempt=attempt, worker_id=self.worker_id)
+
+
+def _trajectory_id(request: RolloutRequest, attempt: int) -> str:
+    # A fresh token per attempt: a retry, a redelivery or a replay never reuses an id.
+    return f"{request.trajectory()}@{attempt}{uuid.uuid4().hex[:7]}"
+
+
+class PolicyFollower:
+    """Reads `policy-updates` whole (outside any group) and passes newer versions on."""
+
+    def __init__(self, settings: BusSettings, worker: RolloutWorker) -> None:
+        self.settings = settings
+        self.worker = worker
+        self._consumer: EventConsumer | None = None
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> PolicyFollower:
+        """Catch up (loading the newest announced version), then follow in the background."""
+        self._consumer = EventConsumer(self.settings, ["policy-updates"], group_id=None)
+        await self._consumer.start()
+        tps = await self._consumer.partitions_of("policy-updates")
+        self._consumer.raw.assign(tps)
+        await self._consumer.raw.seek_to_beginning(*tps)
+        newest: PolicyUpdate | None = None
+        deadline = asyncio.get_running_loop().time() + 30.0
+        while asyncio.get_running_loop().time() < deadline:
+            for record in await self._consumer.getmany(timeout_ms=200):
+                if isinstance(record.event, PolicyUpdate) and (
+                    newest is None or record.event.policy_version > newest.policy_version
+                ):
+                    newest = record.event
+            done = True
+            for tp in tps:
+                highwater = self._consumer.raw.highwater(tp)
+                if highwater is None or await self._consumer.raw.position(tp) < highwater:
+                    done = False
+            if done:
+                break
+        if newest is not None:
+            await self.worker.announce(newest)
+        self._task = asyncio.create_task(self._follow())
+        return self
+
+    async def stop(self) -> None:
+        """Stop following."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                for record in await self._consumer.getmany(timeout_ms=500):
+                    if isinstance(record.event, PolicyUpdate):
+                        await self.worker.announce(record.event)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # keep following through a broker hiccup
+                log.warning("following policy-updates failed: %s", exc)
+                await asyncio.sleep(1.0)
+
+
+@contextlib.asynccontextmanager
+async def rollout_service(
+    settings: BusSettings,
+    config: RolloutConfig,
+    player: Player,
+    blobs: BlobStore,
+    *,
+    metrics_port: int | None = None,
+) -> AsyncIterator[ServiceRunner]:
+    """Set up a worker (desktops, task table, policy follower) and yield its runner, unstarted.
+
+    async with rollout_service(settings, config, player, blobs) as runner:
+        await runner.run()
+    """
+    if config.episode.observe in ("screenshot", "both") and (
+        player.processor is not None and not player.processor.is_multimodal
+    ):
+        raise ConfigError(
+            "this policy is text-only: observe with --observe a11y (the accessibility tree "
+            "and terminal as text)"
+        )
+    tasks = await TopicTable(settings, "tasks").start()
+    try:
+        async with DesktopPool(config.desktops) as pool:
+            worker = RolloutWorker(config, player, pool, blobs, tasks)
+            follower = await PolicyFollower(settings, worker).start()
+            try:
+                yield ServiceRunner(worker, settings, metrics_port=metrics_port)
+            finally:
+                await follower.stop()
+    finally:
+        await tasks.stop()
+        await player.close()

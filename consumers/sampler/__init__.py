@@ -1,0 +1,1 @@
+"""The sampler: Frontier Sampling over the task pool, feeding rollout requests."""

@@ -1,0 +1,271 @@
+"""The sampler service: rewards in, Frontier Sampling state out, rollout requests ahead.
+
+Run one sampler per training run (it is a singleton: it consumes `reward` and
+`policy-updates` in its own group). It
+
+- keeps the pool of training tasks from `tasks` (new tasks join while it runs;
+  tasks of any other split — `benchmark`, `heldout` — never do), restored from `task-stats` after a restart;
+- folds each finished group into the task's EMA pass rate and writes `task-stats`. A group
+  is finished when a reward (of the configured judge version) is in for each of its
+  `group_size` requests; environment failures (`scored=False`) are not attempts, so a
+  group of only failures changes nothing. Rewards of unfinished groups are held, so their
+  offsets stay uncommitted (the low-watermark) and a restart re-reads them;
+- keeps the pipeline fed: it writes the next batch (B tasks × n requests) while fewer than
+  `max_in_flight` of its batches are unfinished AND it is at most `max_ahead` batches ahead
+  of the trainer (one `policy-updates` record per training step). Rollouts then never run
+  more than that many policy versions ahead of the data the trainer consumes, which bounds
+  staleness without starving the rollout workers. Unseen tasks come first (the initial
+  pass: one group each), then batches chosen by the configured strategy (frontier.py).
+
+If the sampler restarts, batches it wrote before the crash are no longer counted in
+flight; their groups still finish and update the stats, and at most `max_in_flight` extra
+batches may be requested meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+from aiokafka import TopicPartition
+
+from consumers.sampler.frontier import FrontierConfig, select
+from consumers.sampler.pool import TaskPool
+from runtime.bus import Record
+from runtime.config import BusSettings
+from runtime.service import Output, ServiceRunner
+from runtime.tables import TopicTable
+from topics.events import PolicyUpdate, Reward, RolloutRequest, TaskEvent, TaskStats
+
+__all__ = ["SamplerConfig", "Sampler", "sampler_service"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplerConfig:
+    """How many rollouts to ask for, and how far ahead."""
+
+    frontier: FrontierConfig = field(default_factory=FrontierConfig)
+    batch_tasks: int = 32  # B: tasks (groups) per batch
+    group_size: int = 8  # n: rollouts per task
+    max_steps: int = 50  # turn limit of each rollout
+    max_in_flight: int = 2  # batches requested and not yet finished
+    max_ahead: int = 2  # batches requested beyond the trainer's steps
+    max_batches: int | None = None  # stop after this many batches (None: run on)
+    initial_pass: bool = True  # unseen tasks get one group each before frontier selection
+    judge_version: str = "osworld-metrics-v1"  # rewards of other versions are ignored
+    group_timeout_s: float = 3 * 3600.0  # a group missing rewards this long is closed as is
+    seed: int = 0
+    group_id: str = "sampler"
+
+
+@dataclass
+class _Group:
+    task_id: str
+    size: int
+    batch: int | None  # the batch of this sampler run that requested it, if any
+    rewards: dict[int, tuple[TopicPartition, int, Reward]] = field(default_factory=dict)
+    opened: float = field(default_factory=time.monotonic)
+
+
+class Sampler:
+    """Stateful processor on `reward` and `policy-updates`; see the module doc."""
+
+    topics = ["reward", "policy-updates"]
+    dedup = True
+
+    def __init__(self, config: SamplerConfig) -> None:
+        self.config = config
+        self.name = config.group_id
+        self.pool = TaskPool(config.frontier)
+        self.rng = np.random.default_rng(config.seed)
+        self.policy_version = 0
+        self.trainer_steps = 0  # policy updates seen since this sampler started
+        self.batches = 0  # batches written by this run
+        self._unfinished: dict[int, set[str]] = {}  # batch -> its group ids not yet finished
+        self._groups: dict[str, _Group] = {}
+        self._benchmark: set[str] = set()
+        self._requested_unseen: set[str] = set()  # tasks whose initial-pass group is requested
+        self._run = uuid.uuid4().hex[:6]
+        self.groups_finished = 0
+        self.useful_groups = 0
+        self.unscored = 0
+
+    # -- tasks and restored state ------------------------------------------------------
+    def add_task(self, event: TaskEvent) -> None:
+        """A task arrived on `tasks`: training tasks join the pool; benchmark, held-out or any
+        other split never does (an allowlist: a split added later stays out of training)."""
+        if event.split != "train":
+            self._benchmark.add(event.task_id)
+            self.pool.remove(event.task_id)
+            return
+        self._benchmark.discard(event.task_id)
+        self.pool.add(event.task_id)
+
+    def restore(self, stats: TaskStats) -> None:
+        """Load a task's stats from `task-stats` (tasks not in the pool are ignored)."""
+        if stats.task_id in self.pool:
+            self.pool.restore(stats)
+
+    # -- the processor -----------------------------------------------------------------
+    async def process(self, record: Record) -> list[Output]:
+        """Fold a reward into its group, or note a training step."""
+        event = record.event
+        if isinstance(event, PolicyUpdate):
+            self.policy_version = max(self.policy_version, event.policy_version)
+            self.trainer_steps += 1
+            return []
+        reward: Reward = event
+        if reward.judge_version != self.config.judge_version:
+            return []
+        group = self._groups.get(reward.group_id)
+        if group is None:
+            group = self._groups[reward.group_id] = _Group(reward.task_id, reward.group_size, None)
+        if reward.sample_index in group.rewards:
+            return []  # a second trajectory for one request (a zombie retry): first one wins
+        group.rewards[reward.sample_index] = (record.tp, record.offset, reward)
+        if len(group.rewards) < group.size:
+            return []
+        return self._finish(reward.group_id)
+
+    def _finish(self, group_id: str) -> list[Output]:
+        group = self._groups.pop(group_id)
+        if group.batch is not None and group.batch in self._unfinished:
+            self._unfinished[group.batch].discard(group_id)
+            if not self._unfinished[group.batch]:
+                del self._unfinished[group.batch]
+        rewards = [r for _, _, r in group.rewards.values()]
+        scores = [r.score for r in rewards if r.scored]
+        # Still unseen after this group (all environment failures)? Then it is owed another.
+        self._requested_unseen.discard(group.task_id)
+        self.unscored += sum(1 for r in rewards if not r.scored)
+        self.groups_finished += 1
+        if len(set(scores)) > 1:
+            self.useful_groups += 1
+        if group.task_id not in self.pool:
+            return []
+        stats = self.pool.record_group(group.task_id, scores)
+        if stats is None:
+            return []
+        stats = msgspec.structs.replace(
+            stats, policy_version=self.policy_version, last_group_id=group_id
+        )
+        return [Output("task-stats", stats)]
+
+    def low_watermark(self, tp: TopicPartition) -> int | None:
+        """The oldest reward offset of `tp` in an unfinished group."""
+        offsets = [o for g in self._groups.values() for p, o, _ in g.rewards.values() if p == tp]
+        return min(offsets) if offsets else None
+
+    async def tick(self) -> list[Output]:
+        """Close timed-out groups; write the next batch when the pipeline has room."""
+        out: list[Output] = []
+        now = time.monotonic()
+        for group_id, group in list(self._groups.items()):
+            if group.rewards and now - group.opened > self.config.group_timeout_s:
+                log.warning("group %s: %d of %d rewards after %.0f s; closing it", group_id,
+                            len(group.rewards), group.size, now - group.opened)  # fmt: skip
+                out += self._finish(group_id)
+        if self._room():
+            out += self._next_batch()
+        return out
+
+    def _room(self) -> bool:
+        c = self.config
+        if c.max_batches is not None and self.batches >= c.max_batches:
+            return False
+        return (
+            len(self._unfinished) < c.max_in_flight
+            and self.batches - self.trainer_steps < c.max_ahead
+        )
+
+    def _next_batch(self) -> list[Output]:
+        """Choose B tasks (unseen ones first) and write n requests for each."""
+        c = self.config
+        chosen: list[str] = []
+        if c.initial_pass:  # unseen tasks first: their group is their initial pass rate
+            unseen = [t for t in self.pool.unseen() if t not in self._requested_unseen]
+            chosen = unseen[: c.batch_tasks]
+            self._requested_unseen.update(chosen)
+        if len(chosen) < c.batch_tasks:
+            picks = self.pool.ids(select(self.pool.state, c.batch_tasks, c.frontier, self.rng,
+                                         step=self.batches))  # fmt: skip
+            chosen += [t for t in picks if t not in chosen][: c.batch_tasks - len(chosen)]
+        if not chosen:
+            return []
+        batch = self.batches
+        self.batches += 1
+        out = []
+        groups = set()
+        for task_id in chosen:
+            group_id = f"b{batch:05d}-{self._run}-{task_id}"
+            groups.add(group_id)
+            self._groups[group_id] = _Group(task_id, c.group_size, batch)
+            for i in range(c.group_size):
+                request = RolloutRequest(
+                    task_id=task_id, group_id=group_id, group_size=c.group_size,
+                    sample_index=i, policy_version=self.policy_version, max_steps=c.max_steps,
+                )  # fmt: skip
+                out.append(Output("rollout-requests", request))
+        self._unfinished[batch] = groups
+        log.info("batch %d: %d tasks x %d rollouts at policy version %d", batch, len(chosen),
+                 c.group_size, self.policy_version)  # fmt: skip
+        return out
+
+    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
+        """Nothing to prepare."""
+
+    async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
+        """Forget rewards of moved partitions: they are re-read from the last commit."""
+        for group in self._groups.values():
+            group.rewards = {i: r for i, r in group.rewards.items() if r[0] not in partitions}
+        return []
+
+    async def close(self) -> list[Output]:
+        """Nothing to persist: partial groups are re-read after a restart."""
+        return []
+
+    def summary(self) -> dict[str, float]:
+        """Counters for logs and the dashboard."""
+        return {
+            "tasks": len(self.pool),
+            "batches": self.batches,
+            "groups_finished": self.groups_finished,
+            "useful_groups": self.useful_groups,
+            "unscored_rollouts": self.unscored,
+            "in_flight_batches": len(self._unfinished),
+            "policy_version": self.policy_version,
+        }
+
+
+@contextlib.asynccontextmanager
+async def sampler_service(
+    settings: BusSettings, config: SamplerConfig, *, metrics_port: int | None = None
+) -> AsyncIterator[ServiceRunner]:
+    """Load the task pool (tasks, then restored task-stats) and yield the sampler's runner."""
+    sampler = Sampler(config)
+    tasks = await TopicTable(settings, "tasks", on_change=_on_task(sampler)).start()
+    stats = await TopicTable(settings, "task-stats").start()
+    await stats.stop()
+    for event in stats.values():
+        sampler.restore(event)
+    log.info("sampler: %d tasks, %d with stats from task-stats", len(sampler.pool), len(stats))
+    try:
+        yield ServiceRunner(sampler, settings, metrics_port=metrics_port)
+    finally:
+        await tasks.stop()
+
+
+def _on_task(sampler: Sampler):  # noqa: ANN202 - a callback
+    def on_change(event: object) -> None:
+        if isinstance(event, TaskEvent):
+            sampler.add_task(event)
+
+    return on_change

@@ -1,0 +1,805 @@
+"""The `megatron` backend: megatron-core on GPUs (tensor/pipeline parallel, distributed optimizer).
+
+It trains the text decoder of a Llama- or Qwen2-style policy (SmolLM2, Qwen2.5, and the
+language model of Qwen2.5-VL on text-only segments) as a megatron-core `GPTModel` built from
+the policy's HF config with the local layer spec:
+
+    load      HF safetensors -> megatron's layout (QKV fused per query group, [gate; up]
+              fused, vocab padded; `megatron_layout.py`), sharded over TP ranks, split over
+              PP stages; a frozen reference model the same way when the KL term is on
+    step      the step's micro-batches go through megatron's forward-backward schedule
+              (no pipelining, or 1F1B with PP > 1); on the last stage each micro-batch's
+              logits at the trained positions become a TokenBatch — the same sampling
+              distribution (`sampling_logprobs`: temperature, top-p) as the torch backend —
+              and the trainer's LossFn gives the loss; gradients sum over micro-batches
+              and data-parallel ranks (the loss is already normalised by the step's token
+              count); then megatron's optimizer (`get_megatron_optimizer`: AdamW, gradient
+              clipping, optionally the distributed optimizer) steps once
+    save      megatron's layout -> an HF folder (safetensors), the same files the torch
+              backend writes, loadable by `load_policy` and the rollout engines
+
+Not supported yet, and refused with a clear error: the vision tower of Qwen2.5-VL (a sample
+with images; the tower's weights are carried through checkpoints untouched), sequence and
+context parallelism, RoPE scaling, sliding-window attention, biased Llama projections.
+
+Every rank makes the same calls (SPMD): with TP x PP x DP > 1 GPUs, each rank (torchrun)
+builds the backend and calls load/step/save with the same arguments. The trainer service
+drives one process, so `scalecua train --backend megatron` runs on one GPU today; a rank-0
+driver that feeds the other ranks is not written. megatron-core hard-codes CUDA (optimizer,
+schedules, buffers): on CPU it runs only under the test shim in
+tests/consumers/trainer/megatron_cpu.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, Sample, TokenBatch
+from consumers.trainer.backends.megatron_layout import (
+    MegatronLayout,
+    hf_names,
+    hf_prefix,
+    megatron_layout,
+    text_architecture,
+    to_hf,
+    to_megatron,
+    tp_shard,
+    tp_unshard,
+)
+from consumers.trainer.backends.torch_backend import _is_processor_file
+from runtime.errors import ConfigError, PolicyError
+from runtime.policy.logprobs import sampling_logprobs
+from runtime.policy.model import resolve_policy
+from runtime.policy.processor import PolicyProcessor, load_processor
+
+__all__ = ["MegatronBackend", "MegatronBackendConfig"]
+
+_DTYPES = ("float32", "bfloat16", "float16")
+_MAX_SHARD = "5GB"  # safetensors shard size of saved checkpoints (as save_pretrained)
+
+
+@dataclass(frozen=True)
+class MegatronBackendConfig:
+    """Parallelism, precision and optimizer of the megatron backend."""
+
+    lr: float = 3e-6  # AdamW learning rate (paper: 3e-6), constant
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0  # megatron leaves biases and norms undecayed
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    dtype: str = "bfloat16"  # parameters' dtype; bf16/fp16 keep fp32 main weights in the optimizer
+    device: str = "cuda"  # megatron-core runs on CUDA ("cpu" only under the test shim)
+    tensor_parallel: int = 1  # TP: ranks each layer's matrices are split across
+    pipeline_parallel: int = 1  # PP: stages the layers are split across
+    distributed_optimizer: bool = False  # shard optimizer state over data-parallel ranks
+    recompute_activations: bool = False  # recompute each layer in backward (activation memory)
+    entropy: bool = True  # compute the sampling entropy per token (a metric)
+    entropy_grad: bool = False  # ...with gradients (only for a non-zero entropy bonus)
+    seed: int = 1234  # megatron's model-parallel RNG (dropout is off: nothing random runs)
+    dist_backend: str = "nccl"  # when the backend starts torch.distributed itself
+
+
+@dataclass
+class _Item:
+    """One micro-batch as the model and the loss see it (tensors on the device)."""
+
+    index: int  # the micro-batch's position in the step (-1: a data-parallel filler)
+    ids: Any  # [b, s] right-padded token ids
+    positions: Any  # [b, s]
+    causal: Any  # [1, 1, s, s] bool, True where attention is masked
+    targets: Any  # [t] trained positions (the union over rows)
+    target_ids: Any  # [b, t]
+    valid: Any  # [b, t] 1 where the position exists in the row
+    mask: Any  # [b, t] 1 where the row trains the position
+    old_logp: Any  # [b, t]
+    advantages: Any  # [b]
+    weights: Any  # [b]
+    temperature: float
+    top_p: float
+    ref_logp: Any = None  # [b, t], filled in on the last stage before the training pass
+
+
+class MegatronBackend:
+    """megatron-core trainer backend; see the module docstring."""
+
+    name = "megatron"
+
+    def __init__(self, config: MegatronBackendConfig | None = None) -> None:
+        self.config = config or MegatronBackendConfig()
+        cfg = self.config
+        try:
+            import megatron.core  # noqa: F401
+        except ImportError as exc:
+            raise ConfigError(
+                "the megatron backend needs megatron-core: pip install 'scalecua[megatron]'"
+            ) from exc
+        if cfg.dtype not in _DTYPES:
+            raise ConfigError(f"megatron backend: dtype must be one of {', '.join(_DTYPES)}")
+        if cfg.tensor_parallel < 1 or cfg.pipeline_parallel < 1:
+            raise ConfigError("megatron backend: parallel sizes must be at least 1")
+        self.model: Any = None  # the policy: megatron DDP around this rank's GPTModel
+        self.reference: Any = None  # the frozen reference GPTModel (None without the KL term)
+        self.optimizer: Any = None
+        self.layout: MegatronLayout | None = None
+        self._processor: PolicyProcessor | None = None
+        self._files: dict[str, bytes] = {}  # config, generation config, processor files
+        self._passthrough: dict[str, Any] = {}  # checkpoint tensors not trained (vision tower)
+
+    # -- placement ------------------------------------------------------------------------
+    @property
+    def processor(self) -> PolicyProcessor:
+        """The policy's processor."""
+        if self._processor is None:
+            raise PolicyError("the megatron backend has not loaded a policy yet")
+        return self._processor
+
+    @property
+    def device(self) -> Any:
+        """Where megatron-core put this rank's tensors (its own hard-coded choice)."""
+        import torch
+
+        return torch.cuda.current_device()
+
+    def _start_distributed(self) -> None:
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state, tensor_parallel
+
+        cfg = self.config
+        if cfg.device.startswith("cuda"):
+            if not torch.cuda.is_available():
+                raise ConfigError(
+                    "the megatron backend needs CUDA GPUs; on CPU use the torch backend"
+                )
+            index = torch.device(cfg.device).index or 0
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", index)))
+        elif not _megatron_places_on_cpu():
+            raise ConfigError(
+                "megatron-core hard-codes CUDA: the megatron backend runs with --device cuda "
+                "(on CPU only under the test shim tests/consumers/trainer/megatron_cpu.py)"
+            )
+        if not dist.is_initialized():
+            if "RANK" in os.environ:  # torchrun
+                dist.init_process_group(backend=cfg.dist_backend)
+            else:
+                port = _free_port()
+                dist.init_process_group(
+                    backend=cfg.dist_backend,
+                    rank=0,
+                    world_size=1,
+                    init_method=f"tcp://127.0.0.1:{port}",
+                )
+        tp, pp = cfg.tensor_parallel, cfg.pipeline_parallel
+        if dist.get_world_size() % (tp * pp):
+            raise ConfigError(f"world size {dist.get_world_size()} is not a multiple of TP·PP")
+        if not parallel_state.model_parallel_is_initialized():
+            parallel_state.initialize_model_parallel(tp, pp)
+        got = (
+            parallel_state.get_tensor_model_parallel_world_size(),
+            parallel_state.get_pipeline_model_parallel_world_size(),
+        )
+        if got != (tp, pp):
+            raise ConfigError(f"megatron is already initialised with TP, PP = {got}, not {tp, pp}")
+        if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
+            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
+
+    # -- loading --------------------------------------------------------------------------
+    def load(
+        self, weights: Path, *, reference: Path | None = None, optimizer_state: Path | None = None
+    ) -> None:
+        """Build the model from an HF folder, load the reference and the optimizer state."""
+        from transformers import AutoConfig
+
+        folder = resolve_policy(weights)
+        hf_config = AutoConfig.from_pretrained(str(folder), local_files_only=True)
+        arch = text_architecture(hf_config)
+        cfg = self.config
+        if arch.num_kv_heads % cfg.tensor_parallel or arch.num_heads % cfg.tensor_parallel:
+            raise ConfigError(f"TP={cfg.tensor_parallel} does not divide the attention heads")
+        if arch.num_layers % cfg.pipeline_parallel:
+            raise ConfigError(
+                f"PP={cfg.pipeline_parallel} does not divide {arch.num_layers} layers"
+            )
+        self._start_distributed()
+        with _Checkpoint(folder) as ckpt:
+            self.layout = megatron_layout(arch, hf_prefix(ckpt.keys), cfg.tensor_parallel)
+            gpt = self._build(arch)
+            self._load_weights(gpt, ckpt.read, self.layout)
+            self._passthrough = self._untrained(ckpt) if _is_first_rank() else {}
+        self._processor = load_processor(folder)
+        self._files = {
+            f.name: f.read_bytes()
+            for f in sorted(folder.iterdir())
+            if f.is_file()
+            and (f.name in ("config.json", "generation_config.json") or _is_processor_file(f.name))
+        }
+        self.model = self._wrap(gpt)
+        self.reference = None
+        if reference is not None:
+            ref_folder = resolve_policy(reference)
+            ref_config = AutoConfig.from_pretrained(str(ref_folder), local_files_only=True)
+            if text_architecture(ref_config) != arch:
+                raise PolicyError(f"the reference {ref_folder} is not the policy's architecture")
+            ref = self._build(arch)
+            with _Checkpoint(ref_folder) as ref_ckpt:
+                ref_layout = megatron_layout(arch, hf_prefix(ref_ckpt.keys), cfg.tensor_parallel)
+                self._load_weights(ref, ref_ckpt.read, ref_layout)
+            self.reference = ref.requires_grad_(False).eval()
+        self.optimizer = _megatron_optimizer(self.model, self._optimizer_config())
+        if optimizer_state is not None:
+            self._load_state(Path(optimizer_state))
+
+    def _transformer_config(self, arch: Any) -> Any:
+        import torch
+        import torch.nn.functional as F
+        from megatron.core.transformer import TransformerConfig
+
+        cfg = self.config
+        dtype = getattr(torch, cfg.dtype)
+        recompute: dict[str, Any] = {}
+        if cfg.recompute_activations:
+            recompute = {
+                "recompute_granularity": "full",
+                "recompute_method": "uniform",
+                "recompute_num_layers": 1,
+            }
+        return TransformerConfig(
+            num_layers=arch.num_layers,
+            hidden_size=arch.hidden_size,
+            ffn_hidden_size=arch.ffn_hidden_size,
+            num_attention_heads=arch.num_heads,
+            num_query_groups=arch.num_kv_heads,
+            kv_channels=arch.head_dim,
+            normalization="RMSNorm",
+            layernorm_epsilon=arch.rms_norm_eps,
+            gated_linear_unit=True,
+            activation_func=F.silu,
+            add_bias_linear=False,
+            add_qkv_bias=arch.qkv_bias,
+            hidden_dropout=0.0,  # no dropout: the importance ratio starts at exactly 1
+            attention_dropout=0.0,
+            params_dtype=dtype,
+            pipeline_dtype=dtype,
+            bf16=cfg.dtype == "bfloat16",
+            fp16=cfg.dtype == "float16",
+            tensor_model_parallel_size=cfg.tensor_parallel,
+            pipeline_model_parallel_size=cfg.pipeline_parallel,
+            perform_initialization=False,  # every weight comes from the checkpoint
+            gradient_accumulation_fusion=False,  # needs APEX's CUDA extension
+            # The LossFn divides by the step's token count itself: megatron must neither
+            # average over micro-batches nor data-parallel ranks (sums, see _finalize_grads).
+            calculate_per_token_loss=True,
+            variable_seq_lengths=True,  # micro-batches differ in rows and length
+            moe_token_dispatcher_type="alltoall",  # (a dense model; "allgather" forbids the above)
+            **recompute,
+        )
+
+    def _build(self, arch: Any) -> Any:
+        from megatron.core import parallel_state
+        from megatron.core.models.gpt import GPTModel
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+        assert self.layout is not None
+        return GPTModel(
+            config=self._transformer_config(arch),
+            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+            vocab_size=self.layout.padded_vocab,
+            max_sequence_length=arch.max_positions,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+            parallel_output=False,  # logits gathered over TP: top-p needs the whole vocabulary
+            share_embeddings_and_output_weights=arch.tied_embeddings,
+            position_embedding_type="rope",
+            rotary_base=arch.rope_theta,  # (annotated int: a float base works the same)
+        ).to(self.device)
+
+    def _global_names(self, gpt: Any) -> Iterator[tuple[str, str, Any]]:
+        """(local name, global name, parameter) of this rank's parameters."""
+        assert self.layout is not None
+        for local, param in gpt.named_parameters():
+            name = local
+            if local.startswith("decoder.layers."):
+                _, _, index, rest = local.split(".", 3)
+                number = gpt.decoder.layers[int(index)].layer_number  # 1-based, global
+                name = f"decoder.layers.{number - 1}.{rest}"
+            elif local == "output_layer.weight" and self.layout.arch.tied_embeddings:
+                name = "embedding.word_embeddings.weight"  # the last stage's tied copy
+            yield local, name, param
+
+    def _load_weights(self, gpt: Any, read: Callable[[str], Any], layout: MegatronLayout) -> None:
+        import torch
+        from megatron.core import parallel_state
+
+        rank = parallel_state.get_tensor_model_parallel_rank()
+        with torch.no_grad():
+            for local, name, param in self._global_names(gpt):
+                full = to_megatron(name, read, layout)
+                shard = tp_shard(name, full, rank, self.config.tensor_parallel)
+                if tuple(shard.shape) != tuple(param.shape):
+                    raise PolicyError(
+                        f"{local}: checkpoint gives {tuple(shard.shape)}, "
+                        f"the model holds {tuple(param.shape)}"
+                    )
+                param.copy_(shard)
+
+    def _untrained(self, ckpt: _Checkpoint) -> dict[str, Any]:
+        """Checkpoint tensors outside the text decoder (Qwen2.5-VL's vision tower), kept as is."""
+        assert self.layout is not None
+        # A tied checkpoint's stale lm_head copy is dropped too.
+        trained = hf_names(self.layout) | {self.layout.lm_head}
+        return {k: ckpt.read(k) for k in ckpt.keys if k not in trained}
+
+    def _wrap(self, gpt: Any) -> Any:
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+        ddp = DistributedDataParallel(
+            gpt.config,
+            DistributedDataParallelConfig(
+                grad_reduce_in_fp32=True,
+                use_distributed_optimizer=self.config.distributed_optimizer,
+            ),
+            gpt,
+        )
+        gpt.config.no_sync_func = ddp.no_sync
+        gpt.config.finalize_model_grads_func = _finalize_grads
+        return ddp
+
+    def _optimizer_config(self) -> Any:
+        import torch
+        from megatron.core.optimizer import OptimizerConfig
+
+        cfg = self.config
+        return OptimizerConfig(
+            optimizer="adam",  # decoupled weight decay: AdamW
+            lr=cfg.lr,
+            min_lr=cfg.lr,
+            weight_decay=cfg.weight_decay,
+            adam_beta1=cfg.betas[0],
+            adam_beta2=cfg.betas[1],
+            adam_eps=1e-8,
+            # With clipping off megatron reports no norm: an infinite bound measures, never clips.
+            clip_grad=cfg.grad_clip if cfg.grad_clip > 0 else math.inf,
+            bf16=cfg.dtype == "bfloat16",
+            fp16=cfg.dtype == "float16",
+            params_dtype=getattr(torch, cfg.dtype),
+            use_distributed_optimizer=cfg.distributed_optimizer,
+        )
+
+    # -- micro-batches --------------------------------------------------------------------
+    def _item(self, batch: MicroBatch, index: int) -> _Item:
+        import torch
+
+        _refuse_images(batch.samples, self.processor)
+        samples, device = batch.samples, self.device
+        width = max(len(s.ids) for s in samples)
+        ids = torch.zeros((len(samples), width), dtype=torch.long)
+        for i, s in enumerate(samples):
+            ids[i, : len(s.ids)] = torch.from_numpy(s.ids.astype(np.int64))
+        if any(s.mask[0] for s in samples if len(s.mask)):
+            raise PolicyError("a trained position 0 has no prefix to predict it from")
+        rows = [np.flatnonzero(s.mask) for s in samples]  # right padding: positions as in the row
+        targets = np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+        mask = torch.zeros((len(samples), len(targets)))
+        old = torch.zeros((len(samples), len(targets)))
+        for i, (cols_abs, s) in enumerate(zip(rows, samples, strict=True)):
+            cols = np.searchsorted(targets, cols_abs)
+            mask[i, cols] = 1.0
+            old[i, cols] = torch.from_numpy(s.old_logprobs[cols_abs].astype(np.float32))
+        target_t = torch.from_numpy(targets.astype(np.int64))
+        lengths = torch.tensor([len(s.ids) for s in samples])
+        return _Item(
+            index=index,
+            ids=ids.to(device),
+            positions=torch.arange(width).expand(len(samples), -1).to(device),
+            causal=torch.ones((width, width), dtype=torch.bool).triu(1)[None, None].to(device),
+            targets=target_t.to(device),
+            target_ids=ids[:, target_t].to(device),
+            valid=(target_t[None, :] < lengths[:, None]).float().to(device),
+            mask=mask.to(device),
+            old_logp=old.to(device),
+            advantages=torch.tensor([s.advantage for s in samples]).to(device),
+            weights=torch.tensor([s.weight for s in samples]).to(device),
+            temperature=batch.temperature,
+            top_p=batch.top_p,
+        )
+
+    def _forward(self, gpt: Any, item: _Item) -> Any:
+        """This stage's output: hidden states, or on the last stage logits [t, b, V_padded]."""
+        embedded = None
+        if gpt.pre_process:
+            embedded = gpt.embedding(input_ids=item.ids, position_ids=item.positions)
+        rope = gpt.rotary_pos_emb(item.ids.shape[1])
+        hidden = gpt.decoder(
+            hidden_states=embedded, attention_mask=item.causal, rotary_pos_emb=rope
+        )
+        if not gpt.post_process:
+            return hidden
+        # Only the positions that predict a trained token go through the vocabulary head.
+        weight = (
+            gpt.shared_embedding_or_output_weight()
+            if gpt.share_embeddings_and_output_weights
+            else None
+        )
+        logits, _ = gpt.output_layer(
+            hidden[item.targets - 1], weight=weight, runtime_gather_output=True
+        )
+        return logits
+
+    def _token_batch(self, item: _Item, logits: Any, entropy: bool = True) -> TokenBatch:
+        import torch
+
+        assert self.layout is not None
+        cfg = self.config
+        logits = logits.transpose(0, 1)[..., : self.layout.arch.vocab_size].float()
+        logp_all = sampling_logprobs(logits, item.temperature, item.top_p)
+        del logits
+        logp = logp_all.gather(-1, item.target_ids.unsqueeze(-1)).squeeze(-1) * item.valid
+        ent = None
+        if entropy and cfg.entropy:
+            with torch.set_grad_enabled(cfg.entropy_grad and torch.is_grad_enabled()):
+                source = logp_all if cfg.entropy_grad else logp_all.detach()
+                probs = source.exp()
+                # Top-p leaves -inf outside the nucleus: 0 · -inf must count as 0.
+                ent = -torch.where(probs > 0, probs * source, torch.zeros_like(probs)).sum(-1)
+        return TokenBatch(
+            logp=logp,
+            old_logp=item.old_logp,
+            mask=item.mask,
+            advantages=item.advantages,
+            weights=item.weights,
+            ref_logp=item.ref_logp,
+            entropy=ent,
+        )
+
+    def _loss(
+        self, item: _Item, loss_fn: LossFn | None, entropy: bool, logits: Any
+    ) -> tuple[Any, Any, dict]:
+        """megatron's loss callback: (loss, tokens, what the schedule hands back)."""
+        import torch
+
+        tokens = torch.tensor(int(item.mask.sum()), dtype=torch.int, device=self.device)
+        token_batch = self._token_batch(item, logits, entropy)
+        if loss_fn is None:  # forward only: collect the logprobs
+            out = {
+                "index": item.index,
+                "logp": token_batch.logp.detach(),
+                "entropy": token_batch.entropy,
+            }
+            return token_batch.logp.sum() * 0.0, tokens, out
+        loss, stats = loss_fn(token_batch)
+        if item.index < 0:  # a data-parallel filler: runs the collectives, changes nothing
+            return loss * 0.0, tokens, {"index": -1}
+        return loss, tokens, {"index": item.index, "stats": stats}
+
+    def _schedule(
+        self, model: Any, items: list[_Item], loss_fn: LossFn | None, entropy: bool = True
+    ) -> list[dict]:
+        """Run megatron's forward(-backward) schedule over the items; last stage's outputs."""
+        import torch
+        from megatron.core.pipeline_parallel import get_forward_backward_func
+
+        gpt = getattr(model, "module", model)
+
+        def forward_step(data: Iterator[_Item], _model: Any) -> tuple[Any, Callable]:
+            item = next(data)
+            return self._forward(gpt, item), partial(self._loss, item, loss_fn, entropy)
+
+        forward_only = loss_fn is None
+        with torch.set_grad_enabled(not forward_only):
+            return get_forward_backward_func()(
+                forward_step_func=forward_step,
+                data_iterator=iter(items),
+                model=[model],
+                num_microbatches=len(items),
+                seq_length=max(int(i.ids.shape[1]) for i in items),
+                micro_batch_size=max(int(i.ids.shape[0]) for i in items),
+                forward_only=forward_only,
+            )
+
+    def _with_reference(self, items: list[_Item]) -> None:
+        """Fill in the reference logprobs (on the last stage) by a forward-only pass."""
+        if self.reference is None:
+            return
+        for out in self._schedule(self.reference, items, None, entropy=False):
+            next(i for i in items if i.index == out["index"]).ref_logp = out["logp"]
+
+    # -- the protocol ---------------------------------------------------------------------
+    def forward_logprobs(self, batch: MicroBatch, images: ImageLoader) -> TokenBatch:
+        """Logprobs, reference logprobs and entropy of a micro-batch, without gradients."""
+        if self.model is None:
+            raise PolicyError("the megatron backend has not loaded a policy yet")
+        item = self._item(batch, 0)
+        self._with_reference([item])
+        outs = self._schedule(self.model, [item], None)
+        found = _from_last_stage(
+            {
+                "logp": outs[0]["logp"].cpu(),
+                "entropy": None if outs[0]["entropy"] is None else outs[0]["entropy"].cpu(),
+                "ref": None if item.ref_logp is None else item.ref_logp.cpu(),
+            }
+            if outs
+            else None
+        )
+        return TokenBatch(
+            logp=found["logp"],
+            old_logp=item.old_logp.cpu(),
+            mask=item.mask.cpu(),
+            advantages=item.advantages.cpu(),
+            weights=item.weights.cpu(),
+            ref_logp=found["ref"],
+            entropy=found["entropy"],
+        )
+
+    def step(
+        self, batches: Sequence[MicroBatch], loss_fn: LossFn, images: ImageLoader
+    ) -> dict[str, Any]:
+        """Forward/backward every micro-batch through megatron's schedule, one optimizer step."""
+        from megatron.core import parallel_state
+
+        if self.optimizer is None:
+            raise PolicyError("the megatron backend has not loaded a policy yet")
+        if not batches:
+            raise PolicyError("a step needs at least one micro-batch")
+        started = time.monotonic()
+        # Data parallelism: rank r of D takes micro-batches r, r + D, ...; one without any
+        # runs the first with its loss times zero, so every rank joins the same collectives.
+        dp = parallel_state.get_data_parallel_world_size()
+        rank = parallel_state.get_data_parallel_rank()
+        mine = [(i, b) for i, b in enumerate(batches) if i % dp == rank] or [(-1, batches[0])]
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        try:
+            items = [self._item(b, i) for i, b in mine]
+            self._with_reference(items)
+            outs = self._schedule(self.model, items, loss_fn)
+        except BaseException:
+            self.model.zero_grad_buffer()  # a failed step leaves no trace
+            self.optimizer.zero_grad()
+            raise
+        forward_backward_s = time.monotonic() - started
+        updated, grad_norm, _ = self.optimizer.step()
+        self.model.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        if not updated:  # fp16 loss-scale overflow: megatron skipped the update
+            raise PolicyError("the megatron optimizer skipped the step (gradient overflow)")
+        # Each micro-batch's stats once: from its last stage, tensor-parallel rank 0.
+        own = outs if parallel_state.get_tensor_model_parallel_rank() == 0 else []
+        parts = sorted((o for o in _gather(own) if o["index"] >= 0), key=lambda o: o["index"])
+        return {
+            "parts": [o["stats"] for o in parts],
+            "grad_norm": float(grad_norm or 0.0),
+            "micro_batches": len(batches),
+            "forward_backward_s": forward_backward_s,
+            "optimizer_s": time.monotonic() - started - forward_backward_s,
+        }
+
+    # -- saving ---------------------------------------------------------------------------
+    def hf_state_dict(self) -> dict[str, Any]:
+        """The trained weights in HF layout (on the first rank; every rank must call)."""
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        assert self.layout is not None
+        gpt = self.model.module
+        tp_group = parallel_state.get_tensor_model_parallel_group()
+        tp = self.config.tensor_parallel
+        stage: dict[str, Any] = {}
+        with torch.no_grad():
+            for local, name, param in self._global_names(gpt):
+                if local == "output_layer.weight" and name.startswith("embedding."):
+                    continue  # the last stage's copy of tied embeddings
+                shards = [param.detach()]
+                if tp > 1:
+                    shards = [torch.empty_like(param) for _ in range(tp)]
+                    dist.all_gather(shards, param.detach().contiguous(), group=tp_group)
+                full = tp_unshard(name, shards).cpu()
+                stage.update(
+                    {k: v.contiguous().clone() for k, v in to_hf(name, full, self.layout).items()}
+                )
+        if self.config.pipeline_parallel > 1 and parallel_state.get_data_parallel_rank() == 0:
+            if parallel_state.get_tensor_model_parallel_rank() == 0:
+                group = parallel_state.get_pipeline_model_parallel_group()
+                stages: list[Any] = [None] * self.config.pipeline_parallel
+                first = dist.get_global_rank(group, 0)
+                dist.gather_object(
+                    stage, stages if dist.get_rank() == first else None, dst=first, group=group
+                )
+                stage = {k: v for s in stages or [] if s for k, v in s.items()}
+        return stage if _is_first_rank() else {}
+
+    def save(self, out: Path) -> None:
+        """Write the weights (safetensors, HF layout) and the processor's files as an HF folder."""
+        import torch.distributed as dist
+
+        tensors = self.hf_state_dict()
+        if _is_first_rank():
+            out = Path(out)
+            out.mkdir(parents=True, exist_ok=True)
+            _write_safetensors({**self._passthrough, **tensors}, out)
+            config = json.loads(self._files["config.json"])
+            for key in ("dtype", "torch_dtype"):
+                if key in config:
+                    config[key] = self.config.dtype
+            (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+            for name, data in self._files.items():
+                if not (out / name).exists():
+                    (out / name).write_bytes(data)
+        if dist.get_world_size() > 1:
+            dist.barrier()
+
+    def save_state(self, out: Path) -> None:
+        """Write the optimizer's state: optimizer.pt (a manifest) and one file per model rank."""
+        import torch
+        import torch.distributed as dist
+        from megatron.core import parallel_state
+
+        out = Path(out)
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+        own = out / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
+        if self.config.distributed_optimizer:  # every data-parallel rank hands in its shard
+            self.optimizer.save_parameter_state(str(own.with_suffix(".params.pt")))
+        if parallel_state.get_data_parallel_rank() == 0:
+            out.mkdir(parents=True, exist_ok=True)
+            torch.save(self.optimizer.state_dict(), own)
+        if _is_first_rank():
+            torch.save(self._manifest(), out / "optimizer.pt")
+        if dist.get_world_size() > 1:
+            dist.barrier()
+
+    def _manifest(self) -> dict[str, Any]:
+        cfg = self.config
+        return {
+            "format": "scalecua-megatron-optimizer-v1",
+            "tensor_parallel": cfg.tensor_parallel,
+            "pipeline_parallel": cfg.pipeline_parallel,
+            "distributed_optimizer": cfg.distributed_optimizer,
+        }
+
+    def _load_state(self, folder: Path) -> None:
+        import torch
+        from megatron.core import parallel_state
+
+        manifest = torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False)
+        if manifest != self._manifest():
+            raise PolicyError(
+                f"optimizer state in {folder} was written for {manifest}, "
+                f"not {self._manifest()}: resharding is not supported"
+            )
+        tp_rank = parallel_state.get_tensor_model_parallel_rank()
+        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
+        own = folder / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
+        self.optimizer.load_state_dict(torch.load(own, map_location="cpu", weights_only=False))
+        if self.config.distributed_optimizer:
+            self.optimizer.load_parameter_state(str(own.with_suffix(".params.pt")))
+
+
+# -- helpers ----------------------------------------------------------------------------------
+def _megatron_optimizer(model: Any, config: Any) -> Any:
+    """megatron's optimizer for the DDP-wrapped model (CUDA only; the CPU test shim replaces it)."""
+    from megatron.core.optimizer import get_megatron_optimizer
+
+    optimizer = get_megatron_optimizer(config, [model])
+    if config.fp16:  # loss scaling enters the backward pass through the model config
+        model.module.config.grad_scale_func = optimizer.scale_loss
+    return optimizer
+
+
+def _finalize_grads(models: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
+    """megatron's gradient finalisation without its division by the token count."""
+    from megatron.core.distributed import finalize_model_grads
+
+    finalize_model_grads(models, None, **kwargs)
+
+
+def _refuse_images(samples: Sequence[Sample], processor: PolicyProcessor) -> None:
+    """The backend trains the text decoder only; a sample with images cannot go through it."""
+    image_id = processor.image_token_id if processor.is_multimodal else None
+    for s in samples:
+        if s.image_refs or (image_id is not None and bool((s.ids == image_id).any())):
+            raise PolicyError(
+                "the megatron backend trains the text model only: the vision model (Qwen2.5-VL's "
+                "vision tower) is not supported by this backend yet; train segments with images "
+                "with the torch backend"
+            )
+
+
+def _megatron_places_on_cpu() -> bool:
+    import torch
+
+    try:
+        return str(torch.cuda.current_device()) == "cpu"
+    except (AssertionError, RuntimeError):
+        return False
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _is_first_rank() -> bool:
+    import torch.distributed as dist
+
+    return dist.get_rank() == 0
+
+
+def _gather(objects: list[Any]) -> list[Any]:
+    """Every rank's list, concatenated on every rank (the objects go through pickle)."""
+    import torch.distributed as dist
+
+    if dist.get_world_size() == 1:
+        return list(objects)
+    lists: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(lists, objects)
+    return [o for part in lists for o in part]
+
+
+def _from_last_stage(value: Any) -> Any:
+    """The last pipeline stage's value on every stage."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    if parallel_state.get_pipeline_model_parallel_world_size() == 1:
+        return value
+    group = parallel_state.get_pipeline_model_parallel_group()
+    box = [value]
+    last = dist.get_global_rank(group, parallel_state.get_pipeline_model_parallel_world_size() - 1)
+    dist.broadcast_object_list(box, src=last, group=group)
+    return box[0]
+
+
+class _Checkpoint:
+    """Lazy reads from an HF folder's safetensors files (one file or an index of shards)."""
+
+    def __init__(self, folder: Path) -> None:
+        from safetensors import safe_open
+
+        index = folder / "model.safetensors.index.json"
+        if index.exists():
+            weight_map = json.loads(index.read_text())["weight_map"]
+        elif (folder / "model.safetensors").exists():
+            weight_map = None
+        else:
+            raise PolicyError(f"{folder} has no safetensors weights (model.safetensors)")
+        files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
+        self._handles = {f: safe_open(str(folder / f), "pt") for f in files}
+        self._where = weight_map or {k: files[0] for k in self._handles[files[0]].keys()}
+        self.keys = list(self._where)
+
+    def __enter__(self) -> _Checkpoint:
+        return self
+
+    def __exit__(self, *_: Any) -> None:
+        self._handles.clear()
+
+    def read(self, key: str) -> Any:
+        """One tensor (on CPU) by its HF key."""
+        if key not in self._where:
+            raise PolicyError(f"the checkpoint has no tensor {key!r}")
+        return self._handles[self._where[key]].get_tensor(key)
+
+
+def _write_safetensors(tensors: dict[str, Any], out: Path) -> None:
+    """model.safetensors, or shards with an index past _MAX_SHARD (as save_pretrained)."""
+    from huggingface_hub import split_torch_state_dict_into_shards
+    from safetensors.torch import save_file
+
+    split = split_torch_state_dict_into_shards(tensors, max_shard_size=_MAX_SHARD)
+    for filename, names in split.filename_to_tensors.items():
+        save_file({n: tensors[n] for n in names}, str(out / filename), metadata={"format": "pt"})
+    if split.is_sharded:
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")

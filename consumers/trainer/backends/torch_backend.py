@@ -1,0 +1,259 @@
+"""The `torch` backend: plain PyTorch on one device (CPU by default), the reference backend.
+
+It holds the trainable policy, a frozen copy of the reference policy for the KL term (only
+when the KL coefficient is non-zero) and an AdamW optimizer. A step runs forward and
+backward per micro-batch, letting gradients accumulate (the loss is already normalised by
+the whole step's token count), then clips the gradient norm and takes one optimizer step.
+
+Logprobs are computed the way `runtime.policy.logprobs.token_logprobs` computes them — the
+same model inputs (`model_inputs`, with `mm_token_type_ids`), the same sampling
+distribution (`sampling_logprobs`: temperature, top-p), only trained positions through the
+vocabulary head — so for unchanged weights the importance ratio starts at 1. The model
+stays in eval mode while training (no dropout) for the same reason, unless gradient
+checkpointing is on (transformers only checkpoints in train mode).
+
+The vision tower (`visual`, `vision_tower`, `vision_model`) is frozen by default: its
+activations then carry no autograd graph either.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, TokenBatch
+from runtime.errors import PolicyError
+from runtime.policy.logprobs import model_inputs, sampling_logprobs
+from runtime.policy.model import load_policy
+from runtime.policy.processor import PolicyProcessor
+
+__all__ = ["TorchBackend", "TorchBackendConfig"]
+
+_VISION_MODULES = ("visual", "vision_tower", "vision_model")
+# Files of a model folder that save_pretrained writes itself; everything else at the top
+# level (tokenizer, chat template, image processor config) is copied into a checkpoint.
+_MODEL_FILES = ("config.json", "generation_config.json", "model.safetensors")
+_MODEL_SUFFIXES = (".safetensors", ".bin", ".index.json", ".pt", ".gguf")
+
+
+@dataclass(frozen=True)
+class TorchBackendConfig:
+    """Optimizer and placement of the torch backend (defaults: the paper's lr)."""
+
+    lr: float = 3e-6  # AdamW learning rate (paper: 3e-6)
+    betas: tuple[float, float] = (0.9, 0.999)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    dtype: str = "float32"  # parameters' dtype ("bfloat16" on a GPU)
+    device: str = "cpu"
+    freeze_vision: bool = True  # the vision tower (and its merger) stays as it is
+    gradient_checkpointing: bool = False  # trade compute for activation memory
+    entropy: bool = True  # compute the sampling entropy per token (a metric)
+    entropy_grad: bool = False  # ...with gradients (only for a non-zero entropy bonus)
+
+
+def _is_processor_file(name: str) -> bool:
+    """Top-level files of a model folder that are neither weights, config nor trainer state."""
+    if name in _MODEL_FILES or name.startswith((".", "scalecua")):
+        return False
+    return not name.endswith(_MODEL_SUFFIXES)
+
+
+class TorchBackend:
+    """Plain-PyTorch trainer backend; see the module docstring."""
+
+    name = "torch"
+
+    def __init__(self, config: TorchBackendConfig | None = None) -> None:
+        self.config = config or TorchBackendConfig()
+        self.model: Any = None
+        self.reference: Any = None
+        self.optimizer: Any = None
+        self._processor: PolicyProcessor | None = None
+        self._files: dict[str, bytes] = {}  # the processor's files, written into checkpoints
+        self._trainable: list[Any] = []
+
+    @property
+    def processor(self) -> PolicyProcessor:
+        """The policy's processor."""
+        if self._processor is None:
+            raise PolicyError("the torch backend has not loaded a policy yet")
+        return self._processor
+
+    @property
+    def pad_id(self) -> int:
+        """The id left padding uses."""
+        pad = self.processor.tokenizer.pad_token_id
+        return int(pad) if pad is not None else 0
+
+    def load(
+        self, weights: Path, *, reference: Path | None = None, optimizer_state: Path | None = None
+    ) -> None:
+        """Load trainable weights, the frozen reference (if given) and optimizer state."""
+        import torch
+
+        cfg = self.config
+        policy = load_policy(weights, dtype=cfg.dtype, device=cfg.device)
+        self.model, self._processor = policy.model, policy.processor
+        # Kept in memory: `weights` may be a temporary download that is gone by the next save.
+        self._files = {
+            f.name: f.read_bytes()
+            for f in sorted(Path(policy.path).iterdir())
+            if f.is_file() and _is_processor_file(f.name)
+        }
+        self.model.requires_grad_(True)
+        if cfg.freeze_vision:
+            for name, module in self.model.named_modules():
+                if name.rsplit(".", 1)[-1] in _VISION_MODULES:
+                    module.requires_grad_(False)
+        if cfg.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+            self.model.train()
+        self._trainable = [p for p in self.model.parameters() if p.requires_grad]
+        if reference is not None:
+            self.reference = load_policy(reference, dtype=cfg.dtype, device=cfg.device).model
+            self.reference.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self._trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
+        )
+        if optimizer_state is not None:
+            state = torch.load(Path(optimizer_state) / "optimizer.pt", map_location=cfg.device)
+            self.optimizer.load_state_dict(state)
+
+    def trainable_parameters(self) -> int:
+        """How many parameters the optimizer updates."""
+        return sum(p.numel() for p in self._trainable)
+
+    # -- forward --------------------------------------------------------------------------
+    def forward_logprobs(self, batch: MicroBatch, images: ImageLoader) -> TokenBatch:
+        """Logprobs, reference logprobs and entropy of a micro-batch, without gradients."""
+        import torch
+
+        with torch.no_grad():
+            return self._token_batch(batch, images)
+
+    def _token_batch(self, batch: MicroBatch, images: ImageLoader) -> TokenBatch:
+        import torch
+
+        samples = batch.samples
+        inputs = model_inputs(
+            self.processor, [s.ids.tolist() for s in samples], [images(s) for s in samples],
+            self.pad_id,
+        )  # fmt: skip
+        width = int(inputs["input_ids"].shape[1])
+        # Trained positions of every row in the left-padded layout; the forward projects
+        # their union through the vocabulary head, each row then keeps its own.
+        rows = [np.flatnonzero(s.mask) + (width - len(s.ids)) for s in samples]
+        if any(s.mask[0] for s in samples if len(s.mask)):
+            raise PolicyError("a trained position 0 has no prefix to predict it from")
+        targets = np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+        mask = torch.zeros((len(samples), len(targets)))
+        old = torch.zeros((len(samples), len(targets)))
+        for i, (cols_abs, s) in enumerate(zip(rows, samples, strict=True)):
+            cols = np.searchsorted(targets, cols_abs)
+            mask[i, cols] = 1.0
+            old[i, cols] = torch.from_numpy(
+                s.old_logprobs[np.flatnonzero(s.mask)].astype(np.float32)
+            )
+        target_t = torch.from_numpy(targets.astype(np.int64))
+        logp, entropy = self._logprobs(self.model, inputs, target_t, batch, entropy=True)
+        ref = None
+        if self.reference is not None:
+            with torch.no_grad():
+                ref, _ = self._logprobs(self.reference, inputs, target_t, batch, entropy=False)
+        return TokenBatch(
+            logp=logp,
+            old_logp=old,
+            mask=mask,
+            advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
+            weights=torch.tensor([s.weight for s in samples], dtype=torch.float32),
+            ref_logp=ref,
+            entropy=entropy,
+        )
+
+    def _logprobs(
+        self, model: Any, inputs: dict[str, Any], targets: Any, batch: MicroBatch, entropy: bool
+    ) -> tuple[Any, Any]:
+        import torch
+
+        if "pixel_values" in inputs:
+            dtype = next(model.parameters()).dtype
+            inputs = {**inputs, "pixel_values": inputs["pixel_values"].to(dtype)}
+        inputs = {k: v.to(self.config.device) if hasattr(v, "to") else v for k, v in inputs.items()}
+        targets = targets.to(self.config.device)
+        logits = model(**inputs, use_cache=False, logits_to_keep=targets - 1).logits.float()
+        logp_all = sampling_logprobs(logits, batch.temperature, batch.top_p)
+        del logits
+        ids = inputs["input_ids"]
+        picked = logp_all.gather(-1, ids[:, targets].unsqueeze(-1)).squeeze(-1)
+        picked = picked * inputs["attention_mask"][:, targets]
+        ent = None
+        if entropy and self.config.entropy:
+            with torch.set_grad_enabled(self.config.entropy_grad and torch.is_grad_enabled()):
+                source = logp_all if self.config.entropy_grad else logp_all.detach()
+                probs = source.exp()
+                # Top-p leaves -inf outside the nucleus: 0 · -inf must count as 0.
+                ent = -torch.where(probs > 0, probs * source, torch.zeros_like(probs)).sum(-1)
+            ent = ent.cpu() if not self.config.entropy_grad else ent
+        return picked.cpu() if self.config.device != "cpu" else picked, ent
+
+    # -- the step -------------------------------------------------------------------------
+    def step(
+        self, batches: Sequence[MicroBatch], loss_fn: LossFn, images: ImageLoader
+    ) -> dict[str, Any]:
+        """Forward/backward every micro-batch (gradients accumulate), clip, one AdamW step."""
+        import torch
+
+        if self.optimizer is None:
+            raise PolicyError("the torch backend has not loaded a policy yet")
+        started = time.monotonic()
+        self.optimizer.zero_grad(set_to_none=True)
+        parts: list[dict[str, float]] = []
+        try:
+            for batch in batches:
+                token_batch = self._token_batch(batch, images)
+                loss, stats = loss_fn(token_batch)
+                loss.backward()
+                parts.append(stats)
+                del token_batch, loss
+        except BaseException:
+            self.optimizer.zero_grad(set_to_none=True)  # a failed step leaves no trace
+            raise
+        forward_backward_s = time.monotonic() - started
+        if self.config.grad_clip > 0:
+            norm = torch.nn.utils.clip_grad_norm_(self._trainable, self.config.grad_clip)
+        else:
+            grads = [p.grad.norm() for p in self._trainable if p.grad is not None]
+            norm = torch.linalg.vector_norm(torch.stack(grads)) if grads else torch.tensor(0.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return {
+            "parts": parts,
+            "grad_norm": float(norm),
+            "micro_batches": len(batches),
+            "forward_backward_s": forward_backward_s,
+            "optimizer_s": time.monotonic() - started - forward_backward_s,
+        }
+
+    # -- saving ---------------------------------------------------------------------------
+    def save(self, out: Path) -> None:
+        """Write the weights (safetensors) and the processor's files as an HF model folder."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(out)
+        for name, data in self._files.items():
+            if not (out / name).exists():
+                (out / name).write_bytes(data)
+
+    def save_state(self, out: Path) -> None:
+        """Write the optimizer's state (AdamW moments, step counts) to out/optimizer.pt."""
+        import torch
+
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(self.optimizer.state_dict(), out / "optimizer.pt")

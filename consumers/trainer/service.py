@@ -1,0 +1,612 @@
+"""The trainer service: `segment-ready` + `reward` -> GRPO steps -> checkpoints -> `policy-updates`.
+
+One trainer runs per training job (it owns the optimizer; data parallelism lives inside a
+backend). It is a stateful processor on the service runner:
+
+1. Records are joined into groups (`batching.GroupBook`: one judge version, first reward
+   per request, complete when every request is rewarded and every scored trajectory has
+   all its segments). Every record of an unfinished group stays held: the runner commits
+   the oldest held offset per partition (the low-watermark).
+2. When B complete groups with something to train are waiting, a step starts in a worker
+   thread (the event loop keeps heartbeating and reading): samples are packed into
+   micro-batches, the backend runs forward/backward per micro-batch and one optimizer
+   step, and the checkpoint is written (`checkpoints.CheckpointStore`), with metadata
+   naming the groups it trained and the restart point (below).
+3. The next tick emits `PolicyUpdate(version, checkpoint_uri, metrics)`. The runner sends a
+   tick's outputs and waits for their acknowledgement before the following tick, and only
+   then are the step's groups released, so offsets are committed past them only after the
+   update is acknowledged.
+
+Restart: a checkpoint's metadata holds a restart point — per partition a floor (every
+record below it belonged to a finished group) and the finished groups that a re-read can
+still meet above it. A restarted trainer loads the newest checkpoint (weights, optimizer,
+version), skips records below the floors (same log run only) and records of the finished
+groups, and announces the checkpoint again (rollout workers ignore versions they have). A
+kill -9 anywhere therefore trains no group twice and loses none: groups of a step whose
+checkpoint was not complete were never released and are read again.
+
+Failures: a missing or corrupt screenshot makes its trajectory an environment failure and
+the groups are planned again; the blob store or checkpoint store being down is an
+infrastructure error the runner retries (the trained weights wait in memory for the
+checkpoint); any other failure of a step finishes its groups untrained (counted, logged).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import TopicPartition
+
+from consumers.trainer.backends import MicroBatch, Sample, TokenBatch, TrainerBackend, make_backend
+from consumers.trainer.batching import (
+    GroupBook,
+    GroupPlan,
+    GroupState,
+    PlanConfig,
+    pack_micro_batches,
+    plan_group,
+    summarize,
+)
+from consumers.trainer.checkpoints import CheckpointStore, default_checkpoint_root
+from consumers.trainer.grpo import GRPOConfig, finish_stats, grpo_token_loss, sft_token_loss
+from runtime.blobstore import BlobStore, open_blob_store
+from runtime.bus import EventConsumer, Record
+from runtime.config import BusSettings
+from runtime.errors import (
+    BlobCorrupt,
+    BlobNotFound,
+    BrokerTimeout,
+    ConfigError,
+    InfrastructureError,
+    RecordError,
+    StorageError,
+)
+from runtime.policy.model import resolve_policy
+from runtime.service import Output, ServiceRunner
+from topics.events import PolicyUpdate, Reward, SegmentReady
+
+__all__ = ["TrainerConfig", "Trainer", "trainer_service", "load_images", "newest_announced"]
+
+log = logging.getLogger(__name__)
+
+_BUILTIN_POLICIES = ("tiny", "smollm2")
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    """What the trainer trains, on what, and how often it checkpoints."""
+
+    policy: str = "tiny"  # base policy: initial weights and the frozen KL reference
+    backend: str = "torch"
+    checkpoints: str | None = None  # folder or fsspec URL (default $SCALECUA_HOME/checkpoints)
+    judge_version: str = "osworld-metrics-v1"  # the only rewards trained on
+    batch_groups: int = 32  # B: groups (tasks) per optimisation step (paper: 32)
+    micro_batch_tokens: int = 8192  # padded tokens per forward pass (rows x longest)
+    micro_batch_rows: int = 4  # sequences per forward pass
+    group_timeout_s: float | None = 3600.0  # an incomplete group idle this long is dropped
+    max_steps: int | None = None  # stop after this many steps (None: run until stopped)
+    keep_states: int = 2  # optimizer states kept (newest versions); weights are all kept
+    max_held_tokens: int = 50_000_000  # pause reading above this while a step can free memory
+    group_id: str = "trainer"  # consumer group (one trainer per group)
+    plan: PlanConfig = field(default_factory=PlanConfig)
+    grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    @property
+    def uses_reference(self) -> bool:
+        """Whether the KL term needs the frozen reference policy."""
+        return self.plan.objective == "grpo" and self.grpo.kl_coef != 0.0
+
+
+class _MissingImage(Exception):
+    """A screenshot of a trajectory is missing or corrupt in the blob store."""
+
+    def __init__(self, trajectory_id: str, reason: str) -> None:
+        super().__init__(f"{trajectory_id}: {reason}")
+        self.trajectory_id = trajectory_id
+
+
+def load_images(blobs: BlobStore, sample: Sample) -> list[Any]:
+    """A sample's screenshots from the blob store, resized to the sizes they were rendered at.
+
+    The same decode and resize as the rollout worker's `fit_image` (RGB, bilinear), so the
+    pixels equal what the rollout engine was given.
+    """
+    from PIL import Image
+
+    images = []
+    for ref, (width, height) in zip(sample.image_refs, sample.image_sizes, strict=True):
+        try:
+            data = blobs.get(ref)
+        except (BlobNotFound, BlobCorrupt, ValueError) as exc:
+            raise _MissingImage(sample.trajectory_id, str(exc)) from exc
+        except Exception as exc:  # the store itself (a network or disk failure): retried
+            raise StorageError(f"reading {ref} from {blobs.url}: {exc}") from exc
+        try:
+            image = Image.open(io.BytesIO(data)).convert("RGB")
+        except (OSError, ValueError) as exc:  # stored intact, but not an image
+            raise _MissingImage(sample.trajectory_id, f"{ref} does not decode: {exc}") from exc
+        if image.size != (width, height):
+            image = image.resize((width, height), Image.BILINEAR)
+        images.append(image)
+    return images
+
+
+def _spec(policy: str) -> str:
+    """A policy spec that means the same after a restart: a built-in name or an absolute path."""
+    if policy in _BUILTIN_POLICIES:
+        return policy
+    return str(Path(policy.removeprefix("file://")).expanduser().resolve())
+
+
+def _tp_key(tp: TopicPartition) -> str:
+    return f"{tp.topic}/{tp.partition}"
+
+
+def _tp(key: str) -> TopicPartition:
+    topic_name, partition = key.rsplit("/", 1)
+    return TopicPartition(topic_name, int(partition))
+
+
+@dataclass(eq=False)
+class _Job:
+    """One optimisation step in flight."""
+
+    version: int  # the version this step produces
+    groups: list[GroupState]
+    plans: list[GroupPlan]
+    batches: list[MicroBatch]
+    tokens: int
+    restart: dict[str, dict]
+    started: float = field(default_factory=time.monotonic)
+    metrics: dict[str, float] = field(default_factory=dict)
+    trained: bool = False
+    uri: str | None = None
+    error: BaseException | None = None
+    task: asyncio.Task | None = None
+
+
+class Trainer:
+    """Processor that trains the policy on complete groups; see the module docstring."""
+
+    topics = ["segment-ready", "reward"]
+    dedup = True  # a redelivered segment or reward is dropped by its id
+
+    def __init__(
+        self,
+        config: TrainerConfig,
+        backend: TrainerBackend,
+        blobs: BlobStore,
+        store: CheckpointStore,
+        run_id: str | None = None,
+    ) -> None:
+        if config.batch_groups < 1:
+            raise ConfigError("a batch holds at least one group")
+        if config.plan.objective not in ("grpo", "sft"):
+            raise ConfigError(f"unknown objective {config.plan.objective!r}: grpo or sft")
+        if config.plan.staleness not in ("drop", "downweight"):
+            raise ConfigError(f"unknown staleness rule {config.plan.staleness!r}")
+        self.config = config
+        self.name = config.group_id
+        self.backend = backend
+        self.blobs = blobs
+        self.store = store
+        self.run_id = run_id
+        self.book = GroupBook(config.judge_version)
+        self.version = 0  # the policy version the weights in memory are
+        self.steps = 0
+        self.base_policy = ""
+        self.last_step: dict[str, float] = {}
+        self.on_done: Callable[[], None] | None = None  # called once max_steps are done
+        self._job: _Job | None = None
+        self._release: list[str] = []  # groups whose policy update was sent last tick
+        self._outbox: list[Output] = []
+        self._image_tokens: dict[tuple[int, int], int] = {}
+        self._pruned = time.monotonic()
+
+    # -- start ----------------------------------------------------------------------------
+    def load(self) -> None:
+        """Load the newest checkpoint (else the base policy) and its restart point; blocking."""
+        self.store.clean_partial()
+        latest = self.store.latest()
+        if latest is None:
+            base = resolve_policy(self.config.policy)
+            self.base_policy = _spec(self.config.policy)
+            self.backend.load(base, reference=base if self.config.uses_reference else None)
+            log.info("trainer: starting from %s at version 0", base)
+            return
+        meta = latest.metadata
+        self.base_policy = meta.get("base_policy", self.config.policy)
+        if self.base_policy != _spec(self.config.policy):
+            log.warning("trainer: %s holds a run of base policy %s (not %s); continuing it",
+                        self.store.root, self.base_policy, self.config.policy)  # fmt: skip
+        base = resolve_policy(self.base_policy)
+        with (
+            self.store.local_model(latest.version) as weights,
+            self.store.local_state(latest.version) as state,
+        ):
+            self.backend.load(
+                weights,
+                reference=base if self.config.uses_reference else None,
+                optimizer_state=state,
+            )
+        self.version = latest.version
+        self.steps = int(meta.get("step", latest.version))
+        same_run = meta.get("run_id") == self.run_id and self.run_id is not None
+        restart = meta.get("restart", {})
+        floors = {_tp(k): v for k, v in restart.get("floors", {}).items()} if same_run else {}
+        finished = {
+            g: {_tp(k): o for k, o in last.items()}
+            for g, last in restart.get("finished", {}).items()
+        }
+        self.book.restore(floors, finished)
+        self._outbox.append(
+            Output("policy-updates", PolicyUpdate(
+                policy_version=latest.version, checkpoint_uri=latest.uri,
+                metrics=meta.get("metrics", {}),
+            ))
+        )  # fmt: skip
+        log.info("trainer: resuming from %s (version %d, %s run, %d finished groups remembered)",
+                 latest.uri, latest.version, "same" if same_run else "another",
+                 len(finished))  # fmt: skip
+
+    # -- the processor --------------------------------------------------------------------
+    async def process(self, record: Record) -> list[Output]:
+        """Add a segment or reward to its group; training happens in tick()."""
+        event = record.event
+        try:
+            if isinstance(event, SegmentReady):
+                self.book.add_segment(event, record.tp, record.offset, check=self._check_images)
+            elif isinstance(event, Reward):
+                self.book.add_reward(event, record.tp, record.offset)
+        except ValueError as exc:
+            raise RecordError(str(exc)) from exc
+        return []
+
+    def _check_images(self, event: SegmentReady) -> None:
+        """Refuse a segment whose image placeholders do not match its images' sizes."""
+        processor = self.backend.processor
+        if not processor.is_multimodal:
+            if event.image_refs:
+                raise ValueError(f"segment {event.dedup_id()} has images; the policy is text-only")
+            return
+        expected = 0
+        for width, height in event.image_sizes:
+            key = (int(width), int(height))
+            if key not in self._image_tokens:
+                self._image_tokens[key] = processor.image_token_count(*key)
+            expected += self._image_tokens[key]
+        found = event.input_ids.count(processor.image_token_id)
+        if found != expected:
+            raise ValueError(
+                f"segment {event.dedup_id()}: {found} image tokens, but its {len(event.image_sizes)}"
+                f" image(s) at their sizes make {expected}"
+            )
+
+    def wants(self) -> int:
+        """Pause reading while memory is full and a step can free some (else never: no deadlock)."""
+        can_free = self._job is not None or len(self.book.ready) >= self.config.batch_groups
+        return 0 if can_free and self.book.tokens_held > self.config.max_held_tokens else 1000
+
+    def low_watermark(self, tp: TopicPartition) -> int | None:
+        """The oldest offset of `tp` any unfinished or unannounced group holds."""
+        return self.book.low_watermark(tp)
+
+    async def tick(self) -> list[Output]:
+        """Release announced groups, finish a done step, expire idle groups, start a step."""
+        if self._release:
+            # The runner acknowledged last tick's policy update before calling us again.
+            self.book.release(self._release)
+            self._release = []
+        job = self._job
+        if job is not None and job.task is not None and job.task.done():
+            await self._finish(job)
+        if self.config.group_timeout_s:
+            for group in self.book.expire(self.config.group_timeout_s):
+                self.book.count("groups_expired")
+                log.warning("trainer: group %s expired incomplete (%d of %d requests rewarded)",
+                            group.group_id, len(group.chosen), group.group_size)  # fmt: skip
+        if self._job is None and not self._finished_steps():
+            self._maybe_launch()
+        if time.monotonic() - self._pruned > 60:  # groups finished without a step add up too
+            self._pruned = time.monotonic()
+            self.book.prune()
+        return self._drain()
+
+    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
+        """Nothing to prepare: state comes back as records are re-read."""
+
+    async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
+        """Forget unfinished groups' records of partitions moving away (the trainer is a singleton)."""
+        self.book.forget_partitions(set(partitions))
+        return self._drain()
+
+    async def close(self) -> list[Output]:
+        """Let a running step finish and checkpoint, and announce it."""
+        job = self._job
+        if job is not None and job.task is not None:
+            log.info("trainer: waiting for step %d to finish before stopping", job.version)
+            await asyncio.wait({job.task})
+            await self._finish(job)
+        return self._drain()
+
+    def announced(self) -> None:
+        """The newest checkpoint is on `policy-updates` already: do not announce it again."""
+        self._outbox = [o for o in self._outbox if not isinstance(o.event, PolicyUpdate)]
+
+    def _drain(self) -> list[Output]:
+        out, self._outbox = self._outbox, []
+        return out
+
+    def _finished_steps(self) -> bool:
+        return self.config.max_steps is not None and self.steps >= self.config.max_steps
+
+    # -- steps ----------------------------------------------------------------------------
+    def _maybe_launch(self) -> None:
+        chosen: list[tuple[GroupState, GroupPlan]] = []
+        for group_id in list(self.book.ready):
+            group = self.book.pending[group_id]
+            plan = plan_group(group, self.version, self.config.plan)
+            if not plan.samples:  # nothing to train (all failed, stale, below threshold)
+                self.book.take(group_id)
+                self.book.release([group_id])
+                self._count_plan(plan, trained=False)
+                continue
+            chosen.append((group, plan))
+            if len(chosen) == self.config.batch_groups:
+                break
+        if len(chosen) < self.config.batch_groups:
+            return
+        for group, plan in chosen:
+            self.book.take(group.group_id)
+            self._count_plan(plan, trained=True)
+        samples = [s for _, plan in chosen for s in plan.samples]
+        job = _Job(
+            version=self.version + 1,
+            groups=[g for g, _ in chosen],
+            plans=[p for _, p in chosen],
+            batches=pack_micro_batches(
+                samples, self.config.micro_batch_tokens, self.config.micro_batch_rows
+            ),
+            tokens=sum(s.tokens for s in samples),
+            restart=self.book.restart_point(),
+        )
+        job.task = asyncio.create_task(self._run(job))
+        self._job = job
+
+    def _count_plan(self, plan: GroupPlan, trained: bool) -> None:
+        book = self.book
+        book.count("groups_trained" if trained else "groups_without_samples")
+        book.count("groups_all_equal", int(plan.all_equal))
+        book.count("rollouts_env_failed", plan.env_failures)
+        book.count("rollouts_unsampled", plan.unsampled)
+        book.count("rollouts_stale_dropped", plan.stale_dropped)
+        book.count("rollouts_stale_downweighted", plan.stale_downweighted)
+        book.count("rollouts_below_threshold", plan.below_threshold)
+
+    async def _run(self, job: _Job) -> None:
+        """Train, then write the checkpoint; errors are kept on the job for tick()."""
+        try:
+            await asyncio.to_thread(self._train, job)
+            job.trained = True
+            job.uri = await asyncio.to_thread(self._save, job)
+        except Exception as exc:  # handled by _finish on the event loop
+            job.error = exc
+
+    def _train(self, job: _Job) -> None:
+        config, n = self.config, job.tokens
+
+        def loss_fn(tb: TokenBatch) -> tuple[Any, dict[str, float]]:
+            if config.plan.objective == "sft":
+                return sft_token_loss(tb.logp, tb.mask, num_tokens=n, weights=tb.weights,
+                                      entropy=tb.entropy)  # fmt: skip
+            return grpo_token_loss(
+                tb.logp, tb.old_logp, tb.advantages, tb.mask, config.grpo, num_tokens=n,
+                ref_logp=tb.ref_logp, weights=tb.weights, entropy=tb.entropy,
+            )  # fmt: skip
+
+        result = self.backend.step(job.batches, loss_fn, lambda s: load_images(self.blobs, s))
+        metrics = finish_stats(result["parts"])
+        advantages = [a for p in job.plans for a in p.advantages]
+        lags = [float(lag) for p in job.plans for lag in p.lags]
+        metrics.update(
+            step=float(job.version),
+            policy_version=float(job.version),
+            grad_norm=result["grad_norm"],
+            groups=float(len(job.groups)),
+            rollouts=float(sum(p.rollouts for p in job.plans)),
+            segments=float(sum(len(b.samples) for b in job.batches)),
+            micro_batches=float(result["micro_batches"]),
+            groups_all_equal=float(sum(p.all_equal for p in job.plans)),
+            env_failures=float(sum(p.env_failures for p in job.plans)),
+            stale_dropped=float(sum(p.stale_dropped for p in job.plans)),
+            stale_downweighted=float(sum(p.stale_downweighted for p in job.plans)),
+            forward_backward_s=result["forward_backward_s"],
+            optimizer_s=result["optimizer_s"],
+            **summarize(advantages, "adv"),
+            **summarize(lags, "lag"),
+        )
+        job.metrics = metrics
+
+    def _save(self, job: _Job) -> str:
+        started = time.monotonic()
+        restart = job.restart
+        metadata = {
+            "format": 1,
+            "policy_version": job.version,
+            "step": job.version,
+            "base_policy": self.base_policy,
+            "objective": self.config.plan.objective,
+            "judge_version": self.config.judge_version,
+            "run_id": self.run_id,
+            "backend": self.backend.name,
+            "groups": sorted(g.group_id for g in job.groups),
+            "trajectories": sorted(
+                t.trajectory_id
+                for g in job.groups
+                for t in g.members()
+                if any(s.trajectory_id == t.trajectory_id for p in job.plans for s in p.samples)
+            ),  # fmt: skip
+            "restart": {
+                "floors": {_tp_key(tp): o for tp, o in restart["floors"].items()},
+                "finished": {
+                    g: {_tp_key(tp): o for tp, o in last.items()}
+                    for g, last in restart["finished"].items()
+                },
+            },
+            "metrics": job.metrics,
+            "config": {
+                "grpo": asdict(self.config.grpo),
+                "plan": asdict(self.config.plan),
+                "batch_groups": self.config.batch_groups,
+            },
+            "created_ms": int(time.time() * 1000),
+        }
+        uri = self.store.write(
+            job.version, self.backend.save, self.backend.save_state, metadata,
+            self.config.keep_states,
+        )  # fmt: skip
+        job.metrics["checkpoint_s"] = time.monotonic() - started
+        return uri
+
+    async def _finish(self, job: _Job) -> None:
+        """Act on a finished step: announce it, or give its groups back, or finish them."""
+        if not job.trained:
+            self._job = None
+            error = job.error
+            if isinstance(error, _MissingImage):
+                self._mark_unusable(job.groups, error.trajectory_id)
+                self.book.count("rollouts_missing_images")
+                log.warning("trainer: %s; its trajectory leaves its group", error)
+                self.book.give_back(job.groups)
+                self._uncount(job)
+                return
+            if isinstance(error, InfrastructureError):
+                self.book.give_back(job.groups)
+                self._uncount(job)
+                raise error  # the runner retries with backoff, then halts
+            log.error("trainer: step %d failed, its %d groups are dropped untrained: %r",
+                      job.version, len(job.groups), error, exc_info=error)  # fmt: skip
+            self.book.count("groups_failed", len(job.groups))
+            self.book.release([g.group_id for g in job.groups])
+            return
+        if job.uri is None:
+            job.error = None
+            job.uri = await asyncio.to_thread(self._save, job)  # StorageError: runner retries
+        self._job = None
+        self.version = job.version
+        self.steps += 1
+        job.metrics["step_time_s"] = time.monotonic() - job.started
+        self.last_step = dict(job.metrics)
+        self._release = [g.group_id for g in job.groups]
+        self.book.prune()
+        self._outbox.append(
+            Output("policy-updates", PolicyUpdate(
+                policy_version=job.version, checkpoint_uri=job.uri, metrics=job.metrics,
+            ))
+        )  # fmt: skip
+        line = {"service": self.name, "step": job.version, **_rounded(job.metrics)}
+        log.info("step %s", orjson.dumps(line).decode())
+        if self._finished_steps() and self.on_done is not None:
+            self.on_done()
+
+    def _uncount(self, job: _Job) -> None:
+        for plan in job.plans:  # these groups will be planned and counted again
+            self.book.count("groups_trained", -1)
+            self.book.count("groups_all_equal", -int(plan.all_equal))
+            self.book.count("rollouts_env_failed", -plan.env_failures)
+            self.book.count("rollouts_unsampled", -plan.unsampled)
+            self.book.count("rollouts_stale_dropped", -plan.stale_dropped)
+            self.book.count("rollouts_stale_downweighted", -plan.stale_downweighted)
+            self.book.count("rollouts_below_threshold", -plan.below_threshold)
+
+    @staticmethod
+    def _mark_unusable(groups: list[GroupState], trajectory_id: str) -> None:
+        for group in groups:
+            traj = group.trajectories.get(trajectory_id)
+            if traj is not None:
+                traj.unusable = True
+
+    # -- metrics --------------------------------------------------------------------------
+    def stats(self) -> dict[str, float]:
+        """Counters and gauges of the trainer, and the last step's main numbers."""
+        out: dict[str, float] = {
+            "policy_version": self.version,
+            "steps": self.steps,
+            "groups_pending": len(self.book.pending),
+            "groups_ready": len(self.book.ready),
+            "tokens_held": self.book.tokens_held,
+            "step_running": int(self._job is not None),
+            **self.book.counters,
+        }
+        for key in ("loss", "kl", "entropy", "clip_frac", "tokens", "step_time_s"):
+            if key in self.last_step:
+                out[f"last_{key}"] = self.last_step[key]
+        return out
+
+
+def _rounded(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
+
+
+async def newest_announced(settings: BusSettings, timeout_s: float = 30.0) -> int:
+    """The highest policy version on `policy-updates` (0 if none), read to the end."""
+    newest = 0
+    async with EventConsumer(settings, ["policy-updates"], group_id=None) as consumer:
+        tps = await consumer.partitions_of("policy-updates")
+        if not tps:
+            return 0
+        consumer.raw.assign(tps)
+        await consumer.raw.seek_to_beginning(*tps)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for record in await consumer.getmany(timeout_ms=200):
+                if isinstance(record.event, PolicyUpdate):
+                    newest = max(newest, record.event.policy_version)
+            ends = [(consumer.raw.highwater(tp), await consumer.raw.position(tp)) for tp in tps]
+            if all(high is not None and pos >= high for high, pos in ends):
+                return newest
+    raise BrokerTimeout(f"reading policy-updates did not reach its end within {timeout_s:.0f}s")
+
+
+@contextlib.asynccontextmanager
+async def trainer_service(
+    settings: BusSettings,
+    config: TrainerConfig,
+    *,
+    backend_options: dict[str, Any] | None = None,
+    blobs: BlobStore | None = None,
+    metrics_port: int | None = None,
+    metrics_interval_s: float = 30.0,
+) -> AsyncIterator[ServiceRunner]:
+    """Load the trainer (newest checkpoint or base policy) and yield its runner, unstarted.
+
+    async with trainer_service(settings, TrainerConfig(batch_groups=2)) as runner:
+        await runner.run()
+    """
+    from runtime.runs import ensure_run
+
+    run_id = (await ensure_run(settings)).run_id
+    options = dict(backend_options or {})
+    if config.grpo.entropy_coef != 0.0:
+        options.setdefault("entropy_grad", True)
+    backend = make_backend(config.backend, **options)
+    store = CheckpointStore(config.checkpoints or default_checkpoint_root())
+    trainer = Trainer(config, backend, blobs or open_blob_store(), store, run_id)
+    await asyncio.to_thread(trainer.load)
+    if trainer.version > 0 and await newest_announced(settings) >= trainer.version:
+        trainer.announced()  # only a crash before the announcement's ack needs it again
+    runner = ServiceRunner(
+        trainer, settings, group_id=config.group_id, metrics_port=metrics_port,
+        metrics_interval_s=metrics_interval_s,
+    )  # fmt: skip
+    trainer.on_done = runner.stop
+    yield runner

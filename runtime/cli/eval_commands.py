@@ -1,0 +1,104 @@
+"""`scalecua eval`: a policy's pass rate on held-out task instances or any folder of tasks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add `scalecua eval` to the parser."""
+    p = subparsers.add_parser(
+        "eval",
+        help="play tasks once each, greedily, and print the pass rate with its 95%% interval",
+        description=(
+            "Play every task once with the policy at temperature 0 through the rollout worker "
+            "and the judge on a log of its own (an embedded broker: evaluation episodes never reach a training run's segmenter or trainer), and print one "
+            "JSON document: the pass rate, its Wilson 95%% interval, and per-family rates. "
+            "Tasks are generated instances of the task families (--split) or a folder of "
+            "OSWorld task JSON (--tasks)."
+        ),
+    )
+    p.add_argument("--policy", required=True, help="tiny | smollm2 | a model (checkpoint) folder")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--split", choices=("heldout", "train"), help="task-family instances")
+    source.add_argument("--tasks", type=Path, help="a folder (or file) of OSWorld task JSON")
+    p.add_argument("--n", type=int, default=60, help="--split: instances (default 60)")
+    p.add_argument("--families", nargs="*", default=None, help="--split: only these families")
+    p.add_argument("--desktops", type=int, default=2, help="desktops side by side (default 2)")
+    p.add_argument("--max-steps", type=int, default=5, help="turn limit per episode (default 5)")
+    p.add_argument("--max-tokens", type=int, default=96, help="tokens per turn (default 96)")
+    p.add_argument("--observe", default=None, choices=("screenshot", "a11y", "both"),
+                   help="default: a11y for text-only policies, else screenshot")  # fmt: skip
+    p.add_argument("--threshold", type=float, default=1.0, help="a score >= this passes")
+    p.add_argument("--json", type=Path, default=None, help="also write the result here")
+    p.set_defaults(func=_eval)
+
+
+def _tasks(args: argparse.Namespace) -> tuple[list, object, list[str]]:
+    """The task events, a task -> family function and the held-out family names."""
+    from producers.task_import import file_task_events
+
+    if args.tasks is not None:
+        if not args.tasks.exists():
+            from runtime.errors import ConfigError
+
+            raise ConfigError(f"no tasks at {args.tasks}")
+        events = file_task_events([args.tasks], source="eval", split="benchmark")
+        apps = {e.task_id: (e.task.get("related_apps") or ["tasks"])[0] for e in events}
+        return events, lambda task_id: apps.get(task_id, "tasks"), []
+    from runtime.envs.tasks import families
+
+    generated = families.generate(args.split, args.n, args.families)
+    events = families.task_events(generated)
+    return events, families.family_of, list(families.HELDOUT_FAMILIES)
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from consumers.evaluation.run import EvalConfig, evaluate_policy
+    from consumers.evaluation.stats import summarize_outcomes
+    from runtime.cli.bus_commands import _run
+    from runtime.errors import ConfigError
+
+    hf_logging.disable_progress_bar()
+    events, family_of, held = _tasks(args)
+    if not events:
+        raise ConfigError("no tasks to evaluate")
+    config = EvalConfig(
+        policy=args.policy, desktops=args.desktops, max_steps=args.max_steps,
+        max_tokens=args.max_tokens, observe=args.observe,
+    )  # fmt: skip
+
+    def say(msg: str) -> None:
+        print(f"[scalecua eval] {msg}", file=sys.stderr, flush=True)
+
+    async def main() -> int:
+        outcomes = await evaluate_policy(config, events, family_of, progress=say)
+        summary = {
+            "policy": args.policy,
+            "source": str(args.tasks) if args.tasks is not None else f"split:{args.split}",
+            **summarize_outcomes(outcomes, args.threshold, held),
+            "outcomes": [
+                {
+                    "task_id": o.task_id,
+                    "family": o.family,
+                    "score": o.score,
+                    "status": o.status,
+                    "reason": o.reason,
+                }
+                for o in sorted(outcomes, key=lambda o: o.task_id)
+            ],
+        }
+        text = json.dumps(summary)
+        if args.json is not None:
+            args.json.write_text(text + "\n")
+        print(text, flush=True)
+        return 0
+
+    return _run(main())

@@ -1,0 +1,145 @@
+"""`scalecua train`: the GRPO (or SFT) trainer service on segment-ready + reward."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+__all__ = ["register", "trainer_config"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the train command to the `scalecua` parser."""
+    p = subparsers.add_parser(
+        "train",
+        help="the trainer: GRPO steps on complete groups, checkpoints, policy-updates",
+        description=(
+            "Join segment-ready with reward by trajectory, wait for complete groups, train one "
+            "step per B groups, write an HF checkpoint and announce it on policy-updates. "
+            "Restarting resumes from the newest checkpoint. Run one trainer per job."
+        ),
+    )
+    p.add_argument(
+        "--backend", default="torch", choices=("torch", "megatron"), help="training backend"
+    )
+    p.add_argument("--policy", default="tiny", help="base policy: tiny | smollm2 | a model folder")
+    p.add_argument("--objective", default="grpo", choices=("grpo", "sft"))
+    p.add_argument(
+        "--checkpoints", default=None,
+        help="checkpoint root: a folder or s3://... (default $SCALECUA_HOME/checkpoints)",
+    )  # fmt: skip
+    p.add_argument("--judge-version", default="osworld-metrics-v1", help="train on these rewards")
+    p.add_argument("--batch-groups", type=int, default=32, help="B: groups per step (paper: 32)")
+    p.add_argument("--lr", type=float, default=3e-6, help="AdamW learning rate (paper: 3e-6)")
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: off)")
+    p.add_argument("--clip-low", type=float, default=0.2, help="ε_l (paper: 0.2)")
+    p.add_argument("--clip-high", type=float, default=0.28, help="ε_h (paper: 0.28)")
+    p.add_argument("--dual-clip", type=float, default=3.0, help="c for Â < 0 (paper: 3.0)")
+    p.add_argument("--kl-coef", type=float, default=1e-4, help="λ, k3 KL to the base (1e-4)")
+    p.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus (paper: 0)")
+    p.add_argument(
+        "--max-lag", type=int, default=4,
+        help="rollouts more than this many versions old are stale (-1: no bound)",
+    )  # fmt: skip
+    p.add_argument("--staleness", default="drop", choices=("drop", "downweight"))
+    p.add_argument(
+        "--stale-weight", type=float, default=0.5,
+        help="downweight: weight = stale_weight ** (lag - max_lag)",
+    )  # fmt: skip
+    p.add_argument("--sft-threshold", type=float, default=1.0, help="sft: minimum reward")
+    p.add_argument(
+        "--skip-equal-groups", action="store_true",
+        help="leave all-equal groups out of the batch (default: train them with Â = 0)",
+    )  # fmt: skip
+    p.add_argument("--micro-batch-tokens", type=int, default=8192, help="padded tokens per pass")
+    p.add_argument("--micro-batch-rows", type=int, default=4, help="sequences per pass")
+    p.add_argument(
+        "--group-timeout", type=float, default=3600.0,
+        help="drop a group idle this many seconds while incomplete (0: wait forever)",
+    )  # fmt: skip
+    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
+    p.add_argument("--keep-states", type=int, default=2, help="optimizer states kept")
+    p.add_argument("--dtype", default="float32", help="parameters' dtype (bfloat16 on a GPU)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    p.add_argument("--group", default="trainer", help="consumer group (default trainer)")
+    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument("--metrics-interval", type=float, default=30.0, help="seconds between lines")
+    p.add_argument(
+        "--bootstrap", default=None,
+        help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)",
+    )  # fmt: skip
+    p.set_defaults(func=_train)
+
+
+def trainer_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
+    """Build the TrainerConfig and the backend's options from parsed `train` arguments."""
+    from consumers.trainer.batching import PlanConfig
+    from consumers.trainer.grpo import GRPOConfig
+    from consumers.trainer.service import TrainerConfig
+
+    config = TrainerConfig(
+        policy=args.policy,
+        backend=args.backend,
+        checkpoints=args.checkpoints,
+        judge_version=args.judge_version,
+        batch_groups=args.batch_groups,
+        micro_batch_tokens=args.micro_batch_tokens,
+        micro_batch_rows=args.micro_batch_rows,
+        group_timeout_s=args.group_timeout or None,
+        max_steps=args.max_steps,
+        keep_states=args.keep_states,
+        group_id=args.group,
+        plan=PlanConfig(
+            objective=args.objective,
+            max_lag=None if args.max_lag < 0 else args.max_lag,
+            staleness=args.staleness,
+            stale_weight=args.stale_weight,
+            sft_threshold=args.sft_threshold,
+            skip_equal_groups=args.skip_equal_groups,
+        ),
+        grpo=GRPOConfig(
+            clip_low=args.clip_low,
+            clip_high=args.clip_high,
+            dual_clip=args.dual_clip,
+            kl_coef=args.kl_coef,
+            entropy_coef=args.entropy_coef,
+        ),
+    )
+    options = {
+        "lr": args.lr, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
+        "dtype": args.dtype, "device": args.device,
+    }  # fmt: skip
+    return config, options
+
+
+def _train(args: argparse.Namespace) -> int:
+    from transformers.utils import logging as hf_logging
+
+    from consumers.trainer.service import trainer_service
+    from runtime.cli.bus_commands import _run
+    from runtime.config import BusSettings
+
+    hf_logging.disable_progress_bar()  # a service logs lines, not progress bars per checkpoint
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    config, options = trainer_config(args)
+    settings = BusSettings.from_env(args.bootstrap)
+
+    async def main() -> int:
+        async with trainer_service(
+            settings, config, backend_options=options, metrics_port=args.metrics_port,
+            metrics_interval_s=args.metrics_interval,
+        ) as runner:  # fmt: skip
+            trainer = runner.processor
+            print(f"trainer: {config.plan.objective} on {args.policy} with the {args.backend} "
+                  f"backend at version {trainer.version}, {config.batch_groups} groups per "
+                  f"step, checkpoints in {trainer.store.root}", file=sys.stderr)  # fmt: skip
+            await runner.run()
+        return 0
+
+    return _run(main())

@@ -1,0 +1,213 @@
+"""Evaluation in two halves: collect on the live desktop, score later from what was collected.
+
+An episode's desktop is reset for the next episode as soon as this one ends, and the judge
+runs elsewhere (and again, much later, when history is rejudged). So when an episode ends
+the rollout worker runs the task's `postconfig` steps and every getter while the desktop is
+alive, and stores what they returned in one manifest: files in the blob store, every other
+value as JSON. `score_collected` runs the metrics from the manifest alone, with whatever
+metric code is current, and follows OSWorld's rules (see evaluate.py).
+
+The manifest (JSON):
+
+    {"version": 1, "task_id": "...", "evaluator": {OSWorld's evaluator object},
+     "decided": {"score": 1.0, "reason": "fail_on_infeasible"} or null,
+     "funcs": [{"func": "compare_table", "result": V, "expected": V, "has_expected": true,
+                "error": null}, ...]}
+
+where V is the getter's value with every file it fetched replaced by
+`{"$blob": "sha256:...", "name": "out.xlsx"}`. `error` holds what a getter raised on the
+agent's output (the func then scores 0, as in OSWorld).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from runtime.envs.tasks.evaluate import (
+    Evaluation,
+    FuncScore,
+    combine,
+    ends_with_fail,
+)
+from runtime.envs.tasks.getters import EvalContext, FetchedFile, get_state
+from runtime.envs.tasks.metrics import METRICS
+from runtime.envs.tasks.model import Evaluator, Task
+from runtime.envs.tasks.setup import run_steps
+from runtime.errors import ScaleCUAError, TaskError
+
+__all__ = ["ArtifactStore", "MANIFEST_VERSION", "collect", "score_collected"]
+
+MANIFEST_VERSION = 1
+
+
+class ArtifactStore(Protocol):
+    """Where collected files go: a content-addressed store (runtime.blobstore.BlobStore)."""
+
+    async def aput(self, data: bytes) -> str:
+        """Store bytes and return their reference."""
+        ...
+
+    async def aget(self, ref: str) -> bytes:
+        """Return the bytes behind a reference."""
+        ...
+
+
+def _decided(task: Task, actions: list[dict[str, Any]]) -> Evaluation | None:
+    """The score when the agent's last action decides it without any metric (OSWorld's FAIL)."""
+    ev = task.evaluator
+    unknown = [f for f in ev.funcs if f not in METRICS and f != "infeasible"]
+    if unknown:
+        raise TaskError(f"task {task.id}: unknown metric {unknown[0]!r}")
+    if "infeasible" in ev.funcs and not ev.is_infeasible:
+        raise TaskError(f"task {task.id}: `infeasible` cannot be combined with other funcs")
+    if ev.is_infeasible:
+        if ends_with_fail(actions):
+            return Evaluation(1.0, "fail_on_infeasible", [FuncScore("infeasible", 1.0)])
+        return Evaluation(0.0, "no_fail_on_infeasible", [FuncScore("infeasible", 0.0)])
+    if ends_with_fail(actions):
+        return Evaluation(0.0, "fail_action")
+    return None
+
+
+async def collect(
+    controller: Any, task: Task, actions: list[dict[str, Any]], store: ArtifactStore
+) -> dict[str, Any]:
+    """Run postconfig and every getter on the live desktop; return the manifest.
+
+    Raises TaskError for a malformed task and DesktopError for a broken desktop; a getter
+    that fails on what the agent left behind is recorded in its func's `error`.
+    """
+    actions = list(actions)
+    manifest: dict[str, Any] = {
+        "version": MANIFEST_VERSION,
+        "task_id": task.id,
+        "evaluator": task.evaluator.to_dict(),
+        "decided": None,
+        "funcs": [],
+    }
+    decided = _decided(task, actions)
+    if decided is not None:
+        manifest["decided"] = {"score": decided.score, "reason": decided.reason}
+        return manifest
+    ev = task.evaluator
+    await run_steps(controller, ev.postconfig, task.base_dir)
+    with tempfile.TemporaryDirectory(prefix="scalecua-collect-") as tmp:
+        for i, name in enumerate(ev.funcs):
+            cache = Path(tmp) / str(i)  # one folder per func: dest names may repeat
+            cache.mkdir()
+            ctx = EvalContext(controller, cache, task.base_dir, actions)
+            entry: dict[str, Any] = {
+                "func": name,
+                "has_expected": ev.expecteds[i] is not None,
+                "error": None,
+            }
+            try:
+                result = await get_state(ctx, ev.results[i])
+                expected = await get_state(ctx, ev.expecteds[i])
+            except ScaleCUAError:
+                raise
+            except Exception as exc:  # a getter choking on the agent's output scores 0
+                entry["error"] = f"{type(exc).__name__}: {exc}"
+                result = expected = None
+            roots = [cache] + ([task.base_dir] if task.base_dir else [])
+            entry["result"] = await _store_files(result, roots, store)
+            entry["expected"] = await _store_files(expected, roots, store)
+            manifest["funcs"].append(entry)
+    return manifest
+
+
+async def _store_files(value: Any, roots: list[Path], store: ArtifactStore) -> Any:
+    """Replace paths of fetched files (under `roots`) by blob references, recursively."""
+    if isinstance(value, FetchedFile) and _is_file_under(value, roots):
+        data = await asyncio.to_thread(Path(value).read_bytes)
+        return {"$blob": await store.aput(data), "name": Path(value).name}
+    if isinstance(value, list | tuple):
+        return [await _store_files(v, roots, store) for v in value]
+    if isinstance(value, dict):
+        return {k: await _store_files(v, roots, store) for k, v in value.items()}
+    return orjson.loads(orjson.dumps(value, default=str))  # JSON only, like the wire
+
+
+def _is_file_under(value: str, roots: list[Path]) -> bool:
+    try:
+        path = Path(value).resolve()
+    except (OSError, ValueError):
+        return False
+    return path.is_file() and any(path.is_relative_to(r.resolve()) for r in roots)
+
+
+async def score_collected(manifest: dict[str, Any], store: ArtifactStore) -> Evaluation:
+    """Score a manifest with the current metrics, by OSWorld's rules."""
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise TaskError(f"unknown evaluation manifest version {manifest.get('version')!r}")
+    decided = manifest.get("decided")
+    if decided:
+        funcs = []
+        if decided["reason"] in ("fail_on_infeasible", "no_fail_on_infeasible"):
+            funcs = [FuncScore("infeasible", float(decided["score"]))]
+        return Evaluation(float(decided["score"]), decided["reason"], funcs)
+    ev = Evaluator.from_dict(manifest["evaluator"], f"manifest of {manifest.get('task_id')}")
+    details: list[FuncScore] = []
+    with tempfile.TemporaryDirectory(prefix="scalecua-score-") as tmp:
+        for i, entry in enumerate(manifest["funcs"]):
+            folder = Path(tmp) / str(i)
+            folder.mkdir()
+            detail = await _score_entry(entry, ev.options[i], folder, store)
+            details.append(detail)
+            if ev.conj == "and" and detail.score == 0.0:
+                return Evaluation(0.0, "metrics", details)
+            if ev.conj == "or" and detail.score == 1.0:
+                return Evaluation(1.0, "metrics", details)
+    return Evaluation(combine([d.score for d in details], ev.conj), "metrics", details)
+
+
+async def _score_entry(
+    entry: dict[str, Any], options: dict[str, Any], folder: Path, store: ArtifactStore
+) -> FuncScore:
+    name = entry["func"]
+    if name not in METRICS:
+        raise TaskError(f"unknown metric {name!r}")
+    if entry.get("error"):
+        return FuncScore(name, 0.0, entry["error"])
+    result = await _load_files(entry["result"], folder / "result", store)
+    expected = await _load_files(entry["expected"], folder / "expected", store)
+    try:
+        if entry.get("has_expected"):
+            value = await asyncio.to_thread(METRICS[name], result, expected, **options)
+        else:
+            value = await asyncio.to_thread(METRICS[name], result, **options)
+    except ScaleCUAError:
+        raise
+    except Exception as exc:  # a metric choking on what the agent produced is a 0, not a crash
+        return FuncScore(name, 0.0, f"{type(exc).__name__}: {exc}")
+    score = float(value)
+    if math.isnan(score):
+        return FuncScore(name, 0.0, "metric returned NaN")
+    return FuncScore(name, min(1.0, max(0.0, score)))
+
+
+async def _load_files(value: Any, folder: Path, store: ArtifactStore) -> Any:
+    """Turn blob references back into paths of local copies (same file names)."""
+    if isinstance(value, dict) and set(value) == {"$blob", "name"}:
+        data = await store.aget(value["$blob"])
+        # A folder per file: two files of one value may share a name.
+        target = folder / uuid.uuid4().hex[:8] / Path(value["name"]).name
+        await asyncio.to_thread(_write, target, data)
+        return FetchedFile(target)
+    if isinstance(value, list):
+        return [await _load_files(v, folder, store) for v in value]
+    if isinstance(value, dict):
+        return {k: await _load_files(v, folder, store) for k, v in value.items()}
+    return value
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)

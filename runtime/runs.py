@@ -1,0 +1,152 @@
+"""Runs: which incarnation of the log a record belongs to, and resuming one from the archive.
+
+The embedded broker keeps its log in memory, so every start begins again at offset 0: a
+(topic, partition, offset) names a record only within one incarnation of the log. The
+first record of the `runs` topic names that incarnation (a `RunStarted`); whoever creates
+the topics writes it, and "first record wins" makes concurrent writers agree without
+coordination. The archive files every record under its run, so runs never overwrite or
+shadow each other and stay replayable one by one.
+
+A stopped run resumes by re-seeding a fresh log from the archive: for each topic whose
+registry spec says `reseed`, the latest event per key (`tasks`, `task-stats`) or the newest
+event (`policy-updates`) is written again, and the new run records where it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
+
+from runtime.bus import EventConsumer, EventProducer, TopicPartition
+from runtime.config import BusSettings
+from runtime.errors import BrokerTimeout, ConfigError
+from topics.events import Event, RunStarted
+from topics.registry import RUNS, TOPICS, topic
+
+__all__ = [
+    "new_run_id",
+    "current_run",
+    "ensure_run",
+    "run_resolver",
+    "reseed_events",
+    "reseed_from_archive",
+]
+
+
+def new_run_id() -> str:
+    """Return a fresh run id that sorts by start time: `20261122T181923Z-3fa2c1`."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+
+
+async def current_run(settings: BusSettings, timeout_s: float = 10.0) -> RunStarted | None:
+    """Return the log's run (the first record of `runs`), or None if it has none yet."""
+    tp = TopicPartition(RUNS, 0)
+    async with EventConsumer(settings, [RUNS], group_id=None) as consumer:
+        if not await consumer.partitions_of(RUNS):
+            return None
+        consumer.raw.assign([tp])
+        await consumer.raw.seek_to_beginning(tp)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for record in await consumer.getmany(timeout_ms=200):
+                if isinstance(record.event, RunStarted):
+                    return record.event
+            highwater = consumer.raw.highwater(tp)
+            if highwater is not None and await consumer.raw.position(tp) >= highwater:
+                return None  # read to the end: no run record
+    raise BrokerTimeout(f"reading `{RUNS}` did not reach its end within {timeout_s:.0f}s")
+
+
+async def ensure_run(
+    settings: BusSettings,
+    *,
+    origin: str = "cluster",
+    resumed_from: str | None = None,
+    seeded: dict[str, int] | None = None,
+    known_empty: bool = False,
+) -> RunStarted:
+    """Return the log's run, writing a new `RunStarted` first if the log has none.
+
+    `known_empty` skips the first read when the caller just created the topics.
+    """
+    run = None if known_empty else await current_run(settings)
+    if run is not None:
+        return run
+    candidate = RunStarted(
+        run_id=new_run_id(), origin=origin, resumed_from=resumed_from, seeded=seeded or {}
+    )
+    async with EventProducer(settings) as producer:
+        await producer.send_and_wait(RUNS, candidate)
+    # Another process may have written its own first: the first record wins for everyone.
+    run = await current_run(settings)
+    if run is None:
+        raise BrokerTimeout(f"the run record written to `{RUNS}` is not readable back")
+    return run
+
+
+def reseed_events(rows: Iterable[tuple[int, int, Event]], mode: str) -> list[Event]:
+    """Pick what a resumed run re-seeds from archived (partition, offset, event) rows of one topic.
+
+    `per-key`: the newest event of each dedup id (a compacted topic's view); `last`: the
+    newest event of the topic (by timestamp, then position).
+    """
+    ordered = sorted(rows, key=lambda r: (r[0], r[1]))
+    if mode == "per-key":
+        latest: dict[str, Event] = {}
+        for _, _, event in ordered:
+            latest.pop(event.dedup_id(), None)  # keep first-seen order of the newest versions
+            latest[event.dedup_id()] = event
+        return list(latest.values())
+    if mode == "last":
+        if not ordered:
+            return []
+        return [max(ordered, key=lambda r: (r[2].ts_ms, r[0], r[1]))[2]]
+    raise ConfigError(f"unknown reseed mode {mode!r}")
+
+
+async def reseed_from_archive(
+    settings: BusSettings, archive: str, run_id: str | None = None
+) -> tuple[str, dict[str, int]]:
+    """Write the archived state of a run into the (fresh) log; return (run id, counts per topic).
+
+    `run_id` None means the newest run in the archive. Raises ConfigError when the archive
+    holds no run.
+    """
+    from runtime.archive.layout import table_to_events
+    from runtime.archive.store import ArchiveStore
+
+    store = ArchiveStore(archive)
+    runs = await asyncio.to_thread(store.runs)
+    if not runs:
+        raise ConfigError(f"the archive at {archive} holds no run to resume")
+    if run_id is None:
+        run_id = runs[-1]
+    elif run_id not in runs:
+        raise ConfigError(f"no run {run_id!r} in {archive}; runs there: {', '.join(runs)}")
+    counts: dict[str, int] = {}
+    async with EventProducer(settings) as producer:
+        for name, spec in TOPICS.items():
+            if spec.reseed is None:
+                continue
+            table = await asyncio.to_thread(store.read, name, None, [run_id])
+            if table is None or table.num_rows == 0:
+                continue
+            events = table_to_events(topic(name).event_type, table)
+            rows = zip(
+                table["_partition"].to_pylist(), table["_offset"].to_pylist(), events, strict=True
+            )
+            picked = reseed_events(rows, spec.reseed)
+            await producer.wait_acks([await producer.send(name, e) for e in picked])
+            counts[name] = len(picked)
+    return run_id, counts
+
+
+def run_resolver(settings: BusSettings, origin: str = "cluster") -> Callable[[], Awaitable[str]]:
+    """Return an async function giving the log's run id (creating the run record if missing)."""
+
+    async def resolve() -> str:
+        return (await ensure_run(settings, origin=origin)).run_id
+
+    return resolve

@@ -1,0 +1,54 @@
+"""The TOML config: precedence (default < file < environment < flag), checking, `config show`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from runtime.cli import build_parser
+from runtime.cli.settings import apply_config, command_defaults, load_config
+from runtime.errors import ConfigError
+
+SCALECUA = [sys.executable, "-m", "runtime.cli"]
+
+
+def test_file_then_environment_then_flags(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "scalecua.toml"
+    path.write_text("[sample]\nmu = 0.4\nbatch = 16\n\n[rollout]\ncontext = [3, 2]\n")
+    monkeypatch.setenv("SCALECUA_SAMPLE_BATCH", "4")
+    parser = build_parser()
+    apply_config(parser, load_config(path, parser))
+    sample = command_defaults(parser, "sample")
+    assert (sample.mu, sample.batch, sample.sigma) == (0.4, 4, 0.25)  # file, env, default
+    assert command_defaults(parser, "rollout").context == [3, 2]
+    args = parser.parse_args(["sample", "--batch", "2"])
+    assert (args.batch, args.mu) == (2, 0.4)  # the flag wins
+
+
+def test_unknown_names_and_bad_choices_are_refused(tmp_path: Path) -> None:
+    parser = build_parser()
+    for text, message in (
+        ("[sample]\nmuu = 1\n", "no setting 'muu'"),
+        ("[nonsense]\nx = 1\n", "not a command"),
+        ('[sample]\nstrategy = "psychic"\n', "choose one of"),
+    ):
+        path = tmp_path / "bad.toml"
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            apply_config(parser, load_config(path, parser))
+
+
+def test_config_show_prints_a_file_that_loads_back(tmp_path: Path) -> None:
+    res = subprocess.run([*SCALECUA, "config", "show"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    shown = tomllib.loads(res.stdout)
+    assert shown["sample"]["mu"] == 0.5 and shown["rollout"]["context"] == [5, 5]
+    path = tmp_path / "shown.toml"
+    path.write_text(res.stdout)
+    again = subprocess.run([*SCALECUA, "--config", str(path), "config", "show"],
+                           capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert again.returncode == 0 and tomllib.loads(again.stdout) == shown
