@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable
+import time
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Self
 
@@ -252,6 +253,26 @@ class EventConsumer(_Client):
         else:
             await self._consumer.seek_to_end(*tps)
         return tps
+
+    async def catch_up(
+        self, *topic_names: str, timeout_s: float = 30.0
+    ) -> AsyncIterator[list[Record]]:
+        """Read the topics (group-less) from the start to their current end, batch by batch.
+
+        Raises BrokerTimeout if the end is not reached within timeout_s.
+        """
+        tps = await self.read_all(*topic_names)
+        deadline = time.monotonic() + timeout_s
+        while tps:
+            batch = await self.getmany(timeout_ms=200)
+            if batch:
+                yield batch
+            ends = [(self._consumer.highwater(tp), await self._consumer.position(tp)) for tp in tps]
+            if all(high is not None and pos >= high for high, pos in ends):
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(topic_names)
+                raise BrokerTimeout(f"reading {names} did not reach its end in {timeout_s:g} s")
 
     async def getmany(self, timeout_ms: int = 200, max_records: int | None = None) -> list[Record]:
         """Fetch the next batch of records, decoded; undecodable ones carry the reason."""

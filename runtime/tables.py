@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from runtime.bus import EventConsumer
@@ -58,20 +57,12 @@ class TopicTable:
         """Read the topic up to its current end, then keep following it; return self."""
         self._consumer = EventConsumer(self.settings, [self.topic], group_id=None)
         await self._consumer.start()
-        tps = await self._consumer.partitions_of(self.topic)
-        self._consumer.raw.assign(tps)
-        await self._consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout_s
-        pending = set(tps)
-        while pending:
-            self._apply(await self._consumer.getmany(timeout_ms=200))
-            for tp in list(pending):
-                highwater = self._consumer.raw.highwater(tp)
-                if highwater is not None and await self._consumer.raw.position(tp) >= highwater:
-                    pending.discard(tp)
-            if pending and time.monotonic() > deadline:
-                await self.stop()
-                raise BrokerTimeout(f"reading `{self.topic}` did not catch up in {timeout_s:g} s")
+        try:
+            async for batch in self._consumer.catch_up(self.topic, timeout_s=timeout_s):
+                self._apply(batch)
+        except BrokerTimeout:
+            await self.stop()
+            raise
         self._task = asyncio.create_task(self._follow())
         return self
 

@@ -25,7 +25,6 @@ import logging
 import os
 import socket
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +44,11 @@ from runtime.config import BusSettings
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, load_builtin, reference_solution
 from runtime.envs.tasks.model import Task
-from runtime.errors import ConfigError, DesktopError, StorageError
+from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageError
+from runtime.jobs import Job, JobBoard
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
-from topics.events import Event, PolicyUpdate, RolloutRequest, TaskEvent
+from topics.events import PolicyUpdate, RolloutRequest, TaskEvent
 
 __all__ = ["RolloutConfig", "RolloutWorker", "PolicyFollower", "resolve_task", "rollout_service"]
 
@@ -65,14 +65,6 @@ class RolloutConfig:
     retries: int = 1  # fresh-desktop retries of a request whose desktop died
     episode: EpisodeConfig = field(default_factory=EpisodeConfig)
     group_id: str = "rollout"
-
-
-@dataclass(eq=False)
-class _Job:
-    tp: TopicPartition
-    offset: int
-    request: RolloutRequest
-    task: asyncio.Task | None = None
 
 
 def resolve_task(
@@ -119,11 +111,8 @@ class RolloutWorker:
         self.blobs = blobs
         self.tasks = tasks
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
-        self._queue: deque[_Job] = deque()
-        self._running: set[_Job] = set()
-        self._held: dict[TopicPartition, dict[int, _Job]] = {}
-        self._outbox: list[Output] = []
-        self._finished: list[_Job] = []
+        self._board: JobBoard[RolloutRequest] = JobBoard()
+        self._emit = self._board.emit
         self._update: PolicyUpdate | None = None  # announced, not yet loaded
         self._reloading = False
         self.episodes = 0
@@ -131,9 +120,7 @@ class RolloutWorker:
     # -- the processor ------------------------------------------------------------------
     async def process(self, record: Record) -> list[Output]:
         """Queue a request; episodes start in tick() as desktops free up."""
-        job = _Job(record.tp, record.offset, record.event)
-        self._held.setdefault(record.tp, {})[record.offset] = job
-        self._queue.append(job)
+        self._board.take(record)
         return []
 
     def wants(self) -> int:
@@ -141,40 +128,33 @@ class RolloutWorker:
         capacity = self.config.desktops + (
             self.config.queued if self.config.queued is not None else self.config.desktops
         )
-        return max(0, capacity - len(self._queue) - len(self._running))
+        return max(0, capacity - self._board.busy())
 
     def low_watermark(self, tp: TopicPartition) -> int | None:
         """Return the oldest request of `tp` not yet finished and handed to the runner."""
-        held = self._held.get(tp)
-        return min(held) if held else None
+        return self._board.low_watermark(tp)
 
     async def tick(self) -> list[Output]:
         """Start episodes on free desktops, load announced weights, hand over events."""
-        if self._update is not None and self.config.reload == "episode" and not self._running:
+        board = self._board
+        if self._update is not None and self.config.reload == "episode" and not board.running:
             await self._load(self._update)
-        while self._queue and len(self._running) < self.config.desktops and not self._waiting():
-            job = self._queue.popleft()
-            job.task = asyncio.create_task(self._play(job))
-            self._running.add(job)
-        return self._drain()
+        while board.queue and len(board.running) < self.config.desktops and not self._waiting():
+            board.start(self._play)
+        return board.drain()
 
     async def on_assigned(self, partitions: set[TopicPartition]) -> None:
         """Nothing to prepare: requests arrive as records."""
 
     async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
         """Abandon requests of partitions moving elsewhere (their new owner replays them)."""
-        doomed = [
-            j for held in (self._held.get(tp, {}) for tp in partitions) for j in held.values()
-        ]
-        await self._cancel(doomed)
-        for tp in partitions:
-            self._held.pop(tp, None)
-        return self._drain()
+        await self._board.abandon(partitions)
+        return self._board.drain()
 
     async def close(self) -> list[Output]:
         """Abandon every episode on shutdown (their requests are replayed after a restart)."""
-        await self._cancel([j for held in self._held.values() for j in held.values()])
-        return self._drain()
+        await self._board.abandon()
+        return self._board.drain()
 
     # -- weights ------------------------------------------------------------------------
     async def announce(self, update: PolicyUpdate) -> None:
@@ -208,42 +188,14 @@ class RolloutWorker:
                 self._update = None
 
     # -- episodes -----------------------------------------------------------------------
-    def _emit(self, topic_name: str, event: Event) -> None:
-        self._outbox.append(Output(topic_name, event))
-
-    def _drain(self) -> list[Output]:
-        """Hand over queued events; release requests whose last event is among them."""
-        out, self._outbox = self._outbox, []
-        for job in self._finished:
-            self._held.get(job.tp, {}).pop(job.offset, None)
-        self._finished = []
-        return out
-
-    async def _cancel(self, jobs: list[_Job]) -> None:
-        for job in jobs:
-            if job in self._queue:
-                self._queue.remove(job)
-            if job.task is not None and not job.task.done():
-                job.task.cancel()
-        for job in jobs:
-            if job.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await job.task
-            self._running.discard(job)
-
-    async def _play(self, job: _Job) -> None:
+    async def _play(self, job: Job[RolloutRequest]) -> None:
         request = job.request
         try:
             await self._play_request(request)
-        except asyncio.CancelledError:
-            self._running.discard(job)  # abandoned: its request stays held, to be replayed
-            raise
         except Exception as exc:  # a bug must not lose the request silently
             log.exception("episode of %s failed", request.trajectory())
             result = error_result(_trajectory_id(request, 0), f"{type(exc).__name__}: {exc}")
             complete_with_error(self._emit, request, result, attempt=0, worker_id=self.worker_id)
-        self._running.discard(job)
-        self._finished.append(job)
         self.episodes += 1
 
     async def _play_request(self, request: RolloutRequest) -> None:
@@ -298,24 +250,16 @@ class PolicyFollower:
         """Catch up (loading the newest announced version), then follow in the background."""
         self._consumer = EventConsumer(self.settings, ["policy-updates"], group_id=None)
         await self._consumer.start()
-        tps = await self._consumer.partitions_of("policy-updates")
-        self._consumer.raw.assign(tps)
-        await self._consumer.raw.seek_to_beginning(*tps)
         newest: PolicyUpdate | None = None
-        deadline = asyncio.get_running_loop().time() + 30.0
-        while asyncio.get_running_loop().time() < deadline:
-            for record in await self._consumer.getmany(timeout_ms=200):
-                if isinstance(record.event, PolicyUpdate) and (
-                    newest is None or record.event.policy_version > newest.policy_version
-                ):
-                    newest = record.event
-            done = True
-            for tp in tps:
-                highwater = self._consumer.raw.highwater(tp)
-                if highwater is None or await self._consumer.raw.position(tp) < highwater:
-                    done = False
-            if done:
-                break
+        try:
+            async for batch in self._consumer.catch_up("policy-updates", timeout_s=30.0):
+                for record in batch:
+                    if isinstance(record.event, PolicyUpdate) and (
+                        newest is None or record.event.policy_version > newest.policy_version
+                    ):
+                        newest = record.event
+        except BrokerTimeout as exc:  # follow anyway: a later announcement still reaches us
+            log.warning("policy-updates: %s; following from here", exc)
         if newest is not None:
             await self.worker.announce(newest)
         self._task = asyncio.create_task(self._follow())

@@ -64,7 +64,6 @@ from runtime.config import BusSettings
 from runtime.errors import (
     BlobCorrupt,
     BlobNotFound,
-    BrokerTimeout,
     ConfigError,
     InfrastructureError,
     RecordError,
@@ -561,20 +560,11 @@ async def newest_announced(settings: BusSettings, timeout_s: float = 30.0) -> in
     """The highest policy version on `policy-updates` (0 if none), read to the end."""
     newest = 0
     async with EventConsumer(settings, ["policy-updates"], group_id=None) as consumer:
-        tps = await consumer.partitions_of("policy-updates")
-        if not tps:
-            return 0
-        consumer.raw.assign(tps)
-        await consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            for record in await consumer.getmany(timeout_ms=200):
+        async for batch in consumer.catch_up("policy-updates", timeout_s=timeout_s):
+            for record in batch:
                 if isinstance(record.event, PolicyUpdate):
                     newest = max(newest, record.event.policy_version)
-            ends = [(consumer.raw.highwater(tp), await consumer.raw.position(tp)) for tp in tps]
-            if all(high is not None and pos >= high for high, pos in ends):
-                return newest
-    raise BrokerTimeout(f"reading policy-updates did not reach its end within {timeout_s:.0f}s")
+    return newest
 
 
 @contextlib.asynccontextmanager

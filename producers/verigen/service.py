@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import socket
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,6 +29,7 @@ from producers.verigen.loop import FINAL_STAGES, LoopSettings, Synthesizer
 from producers.verigen.probe import Probe, ProbeAPI, ProbeClient
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
+from runtime.jobs import Job, JobBoard
 from runtime.runs import new_run_id
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
@@ -78,14 +78,6 @@ async def open_probe(spec: ProbeSpec) -> AsyncIterator[ProbeAPI]:
             yield probe
 
 
-@dataclass(eq=False)
-class _Job:
-    tp: TopicPartition
-    offset: int
-    request: SynthesisRequest
-    task: asyncio.Task | None = None
-
-
 class SynthesisWorker:
     """Processor that synthesises each request; see the module doc."""
 
@@ -100,87 +92,51 @@ class SynthesisWorker:
         self.synthesizer = synthesizer
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         synthesizer.worker_id = self.worker_id
-        self._queue: deque[_Job] = deque()
-        self._running: set[_Job] = set()
-        self._held: dict[TopicPartition, dict[int, _Job]] = {}
-        self._outbox: list[Output] = []
-        self._finished: list[_Job] = []
+        self._board: JobBoard[SynthesisRequest] = JobBoard()
+        self._emit = self._board.emit
         self.outcomes: dict[str, int] = dict.fromkeys(FINAL_STAGES, 0)
 
     async def process(self, record: Record) -> list[Output]:
         """Queue a request; syntheses start in tick() as slots free up."""
-        job = _Job(record.tp, record.offset, record.event)
-        self._held.setdefault(record.tp, {})[record.offset] = job
-        self._queue.append(job)
+        self._board.take(record)
         return []
 
     def wants(self) -> int:
         """How many more requests the worker takes now (0 pauses fetching)."""
-        return max(0, 2 * self.config.concurrency - len(self._queue) - len(self._running))
+        return max(0, 2 * self.config.concurrency - self._board.busy())
 
     def low_watermark(self, tp: TopicPartition) -> int | None:
         """The oldest request of `tp` whose candidate is not final and handed over yet."""
-        held = self._held.get(tp)
-        return min(held) if held else None
+        return self._board.low_watermark(tp)
 
     async def tick(self) -> list[Output]:
         """Start syntheses on free slots; hand over the events written since."""
-        while self._queue and len(self._running) < self.config.concurrency:
-            job = self._queue.popleft()
-            job.task = asyncio.create_task(self._synthesize(job))
-            self._running.add(job)
-        return self._drain()
+        while self._board.queue and len(self._board.running) < self.config.concurrency:
+            self._board.start(self._synthesize)
+        return self._board.drain()
 
     async def on_assigned(self, partitions: set[TopicPartition]) -> None:
         """Nothing to prepare: requests arrive as records."""
 
     async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
         """Abandon requests of partitions moving elsewhere (their new owner redoes them)."""
-        doomed = [j for tp in partitions for j in self._held.get(tp, {}).values()]
-        await self._cancel(doomed)
-        for tp in partitions:
-            self._held.pop(tp, None)
-        return self._drain()
+        await self._board.abandon(partitions)
+        return self._board.drain()
 
     async def close(self) -> list[Output]:
         """Abandon every synthesis on shutdown (their requests are redone after a restart)."""
-        await self._cancel([j for held in self._held.values() for j in held.values()])
-        return self._drain()
+        await self._board.abandon()
+        return self._board.drain()
 
     def stats(self) -> dict[str, float]:
         """Running and queued syntheses, and outcomes so far (for /metrics)."""
-        out = {"running": len(self._running), "queued": len(self._queue)}
+        out = {"running": len(self._board.running), "queued": len(self._board.queue)}
         return out | {f"candidates_{k}": v for k, v in self.outcomes.items()}
 
-    def _emit(self, topic_name: str, event: Event) -> None:
-        self._outbox.append(Output(topic_name, event))
-
-    def _drain(self) -> list[Output]:
-        out, self._outbox = self._outbox, []
-        for job in self._finished:
-            self._held.get(job.tp, {}).pop(job.offset, None)
-        self._finished = []
-        return out
-
-    async def _cancel(self, jobs: list[_Job]) -> None:
-        for job in jobs:
-            if job in self._queue:
-                self._queue.remove(job)
-            if job.task is not None and not job.task.done():
-                job.task.cancel()
-        for job in jobs:
-            if job.task is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await job.task
-            self._running.discard(job)
-
-    async def _synthesize(self, job: _Job) -> None:
+    async def _synthesize(self, job: Job[SynthesisRequest]) -> None:
         try:
             outcome = await self.synthesizer.synthesize(job.request, self._emit)
             self.outcomes[outcome.stage] += 1
-        except asyncio.CancelledError:
-            self._running.discard(job)  # abandoned: the request stays held, to be redone
-            raise
         except Exception as exc:  # a bug must not lose the request silently
             log.exception("synthesis of %s failed", job.request.request_id)
             self._emit("synthesis", SynthesisEvent(
@@ -189,8 +145,6 @@ class SynthesisWorker:
                 final=True, reasons=[f"{type(exc).__name__}: {exc}"], worker_id=self.worker_id,
             ))  # fmt: skip
             self.outcomes["failed"] += 1
-        self._running.discard(job)
-        self._finished.append(job)
 
 
 @contextlib.asynccontextmanager

@@ -10,6 +10,7 @@ from aiokafka import TopicPartition
 from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
 from runtime.service import Output, ServiceRunner
+from tests.bus_reading import read_records
 from topics.codec import decode
 from topics.events import Reward, TaskStats
 
@@ -64,20 +65,6 @@ def _reward(i: int, score: float) -> Reward:
     )
 
 
-async def _read_all(
-    settings: BusSettings, topic_name: str, n: int, timeout: float = 20
-) -> list[Record]:
-    out: list[Record] = []
-    async with EventConsumer(settings, [topic_name], group_id=None) as consumer:
-        tps = await consumer.partitions_of(topic_name)
-        consumer.raw.assign(tps)
-        await consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            out.extend(await consumer.getmany(timeout_ms=200))
-    return out
-
-
 async def _committed(settings: BusSettings, group: str, topic_name: str) -> dict[int, int | None]:
     async with EventConsumer(settings, [topic_name], group_id=None) as probe:
         tps = await probe.partitions_of(topic_name)
@@ -111,11 +98,11 @@ async def test_runner_produces_dead_letters_and_commits(bus_settings: BusSetting
     await _run_until(runner, lambda: runner.metrics.consumed >= len(scores) + 1)
     assert runner.metrics.processed == 6 and runner.metrics.dead_lettered == 3
 
-    stats = await _read_all(bus_settings, "task-stats", 6)
+    stats = await read_records(bus_settings, "task-stats", 6, timeout=20)
     assert sorted(r.event.task_id for r in stats) == sorted(
         f"task-{i}" for i, s in enumerate(scores) if s >= 0
     )
-    dead = await _read_all(bus_settings, "dead-letter", 3)
+    dead = await read_records(bus_settings, "dead-letter", 3, timeout=20)
     by_kind = sorted((d.event.error_type, d.event.source_topic) for d in dead)
     assert by_kind == [("decode", "reward"), ("process", "reward"), ("process", "reward")]
     for d in dead:

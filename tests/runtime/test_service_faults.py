@@ -10,38 +10,12 @@ import time
 
 import pytest
 
-from runtime.bus import EventConsumer, EventProducer, Record
+from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.errors import InfrastructureError, ServiceHalted
 from runtime.service import DEAD_LETTER_VALUE_CAP, Output, RetryPolicy, ServiceRunner
+from tests.bus_reading import committed_total, read_records
 from topics.events import Reward, RolloutStep, TaskStats, TrajectoryComplete
-
-
-async def _read_all(settings: BusSettings, topic_name: str, n: int, timeout: float = 30) -> list:
-    out: list[Record] = []
-    async with EventConsumer(settings, [topic_name], group_id=None) as consumer:
-        tps = await consumer.partitions_of(topic_name)
-        consumer.raw.assign(tps)
-        await consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while len(out) < n and time.monotonic() < deadline:
-            out.extend(await consumer.getmany(timeout_ms=200))
-        # a short grace period catches records beyond n (duplicates) too
-        end = time.monotonic() + 0.5
-        while time.monotonic() < end:
-            out.extend(await consumer.getmany(timeout_ms=100))
-    return out
-
-
-async def _committed_total(settings: BusSettings, group: str, topic_name: str) -> int:
-    async with EventConsumer(settings, [topic_name], group_id=None) as probe:
-        tps = await probe.partitions_of(topic_name)
-    consumer = EventConsumer(settings, [], group_id=group)
-    await consumer.start()
-    try:
-        return sum([(await consumer.raw.committed(tp)) or 0 for tp in tps])
-    finally:
-        await consumer.stop()
 
 
 def _step(i: int) -> RolloutStep:
@@ -101,11 +75,11 @@ async def test_scaling_out_and_in_under_load_kills_no_member_and_loses_no_output
         await asyncio.wait_for(tasks[i], 30)  # raises if the member died
     assert members[0].handled and members[1].handled, [m.handled for m in members]
 
-    outputs = await _read_all(bus_settings, "trajectory-complete", n)
+    outputs = await read_records(bus_settings, "trajectory-complete", n, grace=0.5)
     produced = {r.event.trajectory_id for r in outputs}
     expected = {f"traj-{i % 97}:{i}" for i in range(n)}
     assert produced == expected, f"{len(expected - produced)} inputs have no output"
-    assert await _committed_total(bus_settings, "slow-echo", "rollout-step") == n
+    assert await committed_total(bus_settings, "slow-echo", "rollout-step") == n
 
 
 class Pairs:
@@ -173,7 +147,9 @@ async def test_a_rebalance_loses_no_record_a_stateful_member_held(
         await asyncio.sleep(1.0)
         async with EventProducer(bus_settings) as producer:
             await producer.wait_acks([await producer.send("rollout-step", s) for s in second])
-        outputs = await _read_all(bus_settings, "trajectory-complete", pairs, timeout=30)
+        outputs = await read_records(
+            bus_settings, "trajectory-complete", pairs, timeout=30, grace=0.5
+        )
     finally:
         for runner, task in zip(runners, tasks, strict=False):
             runner.stop()
@@ -211,13 +187,13 @@ async def test_an_output_of_the_wrong_type_is_dead_lettered_and_the_stream_goes_
     runner.stop()
     await asyncio.wait_for(task, 30)  # raised SchemaError before the fix
     assert runner.metrics.processed == 5 and runner.metrics.dead_lettered == 5
-    dead = await _read_all(bus_settings, "dead-letter", 5)
+    dead = await read_records(bus_settings, "dead-letter", 5, grace=0.5)
     assert len(dead) == 5
     for d in dead:
         assert d.event.error_type == "output"
         assert "TaskStats" in d.event.error and "takes Reward" in d.event.error
-    assert len(await _read_all(bus_settings, "reward", 5)) == 5
-    assert await _committed_total(bus_settings, "wrong-type", "rollout-step") == 10
+    assert len(await read_records(bus_settings, "reward", 5, grace=0.5)) == 5
+    assert await committed_total(bus_settings, "wrong-type", "rollout-step") == 10
 
 
 class Inflate:
@@ -250,7 +226,7 @@ async def test_near_limit_records_and_oversized_outputs_end_as_bounded_dead_lett
     runner.stop()
     await asyncio.wait_for(task, 30)
     dead = sorted(
-        (r.event for r in await _read_all(bus_settings, "dead-letter", 2)),
+        (r.event for r in await read_records(bus_settings, "dead-letter", 2, grace=0.5)),
         key=lambda e: e.error_type,
     )
     assert [d.error_type for d in dead] == ["decode", "output"]
@@ -259,7 +235,7 @@ async def test_near_limit_records_and_oversized_outputs_end_as_bounded_dead_lett
     assert decode_dl.original_sha256 == hashlib.sha256(garbage).hexdigest()
     assert decode_dl.original_value == garbage[:DEAD_LETTER_VALUE_CAP]
     assert "over the request limit" in output_dl.error and not output_dl.truncated
-    assert await _committed_total(bus_settings, "inflate", "reward") == 2
+    assert await committed_total(bus_settings, "inflate", "reward") == 2
 
 
 class CountSteps:
@@ -342,11 +318,11 @@ async def test_infrastructure_failures_are_retried_never_dead_lettered(
     if outlasts:
         with pytest.raises(ServiceHalted, match="storage is down"):
             await asyncio.wait_for(task, 30)
-        assert await _committed_total(bus_settings, "flaky-store", "rollout-step") == 0
+        assert await committed_total(bus_settings, "flaky-store", "rollout-step") == 0
     else:
         runner.stop()
         await asyncio.wait_for(task, 30)
         assert len(processor.seen) == 5 and runner.metrics.retries == 3
-        assert await _committed_total(bus_settings, "flaky-store", "rollout-step") == 5
+        assert await committed_total(bus_settings, "flaky-store", "rollout-step") == 5
     assert runner.metrics.dead_lettered == 0
-    assert await _read_all(bus_settings, "dead-letter", 1, timeout=1) == []
+    assert await read_records(bus_settings, "dead-letter", 1, timeout=1, grace=0.5) == []

@@ -34,7 +34,7 @@ from runtime.envs.tasks.evaluate import (
     Evaluation,
     FuncScore,
     combine,
-    ends_with_fail,
+    decided_by_actions,
 )
 from runtime.envs.tasks.getters import EvalContext, FetchedFile, get_state
 from runtime.envs.tasks.metrics import METRICS
@@ -59,23 +59,6 @@ class ArtifactStore(Protocol):
         ...
 
 
-def _decided(task: Task, actions: list[dict[str, Any]]) -> Evaluation | None:
-    """The score when the agent's last action decides it without any metric (OSWorld's FAIL)."""
-    ev = task.evaluator
-    unknown = [f for f in ev.funcs if f not in METRICS and f != "infeasible"]
-    if unknown:
-        raise TaskError(f"task {task.id}: unknown metric {unknown[0]!r}")
-    if "infeasible" in ev.funcs and not ev.is_infeasible:
-        raise TaskError(f"task {task.id}: `infeasible` cannot be combined with other funcs")
-    if ev.is_infeasible:
-        if ends_with_fail(actions):
-            return Evaluation(1.0, "fail_on_infeasible", [FuncScore("infeasible", 1.0)])
-        return Evaluation(0.0, "no_fail_on_infeasible", [FuncScore("infeasible", 0.0)])
-    if ends_with_fail(actions):
-        return Evaluation(0.0, "fail_action")
-    return None
-
-
 async def collect(
     controller: Any, task: Task, actions: list[dict[str, Any]], store: ArtifactStore
 ) -> dict[str, Any]:
@@ -92,7 +75,7 @@ async def collect(
         "decided": None,
         "funcs": [],
     }
-    decided = _decided(task, actions)
+    decided = decided_by_actions(task, actions)
     if decided is not None:
         manifest["decided"] = {"score": decided.score, "reason": decided.reason}
         return manifest

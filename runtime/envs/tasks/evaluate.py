@@ -22,7 +22,7 @@ from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import run_steps
 from runtime.errors import ScaleCUAError, TaskError
 
-__all__ = ["Evaluation", "FuncScore", "combine", "ends_with_fail", "evaluate"]
+__all__ = ["Evaluation", "FuncScore", "combine", "decided_by_actions", "ends_with_fail", "evaluate"]
 
 
 @dataclass
@@ -61,16 +61,10 @@ def combine(scores: list[float], conj: str) -> float:
     return 0.0 if min(scores) == 0.0 else sum(scores) / len(scores)
 
 
-async def evaluate(
-    controller: Any,
-    task: Task,
-    actions: list[dict[str, Any]] | None = None,
-    cache_dir: Path | None = None,
-) -> Evaluation:
-    """Score the desktop's final state for task after the agent played actions."""
-    actions = list(actions or [])
+def decided_by_actions(task: Task, actions: list[dict[str, Any]]) -> Evaluation | None:
+    """Return the score when the actions decide it without any metric (OSWorld's FAIL), else None."""
     ev = task.evaluator
-    # `infeasible` is no metric: the agent's last action decides it (below).
+    # `infeasible` is no metric: the agent's last action decides it.
     unknown = [f for f in ev.funcs if f not in METRICS and f != "infeasible"]
     if unknown:
         raise TaskError(f"task {task.id}: unknown metric {unknown[0]!r}")
@@ -82,6 +76,21 @@ async def evaluate(
         return Evaluation(0.0, "no_fail_on_infeasible", [FuncScore("infeasible", 0.0)])
     if ends_with_fail(actions):
         return Evaluation(0.0, "fail_action")
+    return None
+
+
+async def evaluate(
+    controller: Any,
+    task: Task,
+    actions: list[dict[str, Any]] | None = None,
+    cache_dir: Path | None = None,
+) -> Evaluation:
+    """Score the desktop's final state for task after the agent played actions."""
+    actions = list(actions or [])
+    ev = task.evaluator
+    decided = decided_by_actions(task, actions)
+    if decided is not None:
+        return decided
     await run_steps(controller, ev.postconfig, task.base_dir)
     with tempfile.TemporaryDirectory(prefix="scalecua-eval-") as tmp:
         ctx = EvalContext(controller, Path(cache_dir or tmp), task.base_dir, actions)

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 from consumers.judge.service import Judge, JudgeConfig
 from consumers.rollout.episode import EpisodeConfig
@@ -14,7 +13,6 @@ from consumers.rollout.players import Player
 from consumers.rollout.service import RolloutConfig, rollout_service
 from producers.task_import import publish_tasks
 from runtime.blobstore import BlobStore
-from runtime.bus import EventConsumer, Record
 from runtime.config import BusSettings
 from runtime.envs.tasks.model import Task
 from runtime.service import ServiceRunner
@@ -70,22 +68,3 @@ async def services(
             for r in runners:
                 r.stop()
             await asyncio.wait_for(asyncio.gather(*tasks), 90)
-
-
-async def read_until(
-    settings: BusSettings,
-    topic_name: str,
-    done: Callable[[list[Record]], bool],
-    timeout: float = 120,
-) -> list[Record]:
-    """Read a topic from the start until `done(records)` holds (or fail after `timeout`)."""
-    records: list[Record] = []
-    async with EventConsumer(settings, [topic_name], group_id=None) as consumer:
-        tps = await consumer.partitions_of(topic_name)
-        consumer.raw.assign(tps)
-        await consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while not done(records):
-            assert time.monotonic() < deadline, f"{topic_name}: gave up with {len(records)} records"
-            records.extend(r for r in await consumer.getmany(timeout_ms=200) if r.event)
-    return records

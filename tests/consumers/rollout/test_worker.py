@@ -22,7 +22,8 @@ from runtime.policy.model import init_tiny_policy, resolve_policy
 from runtime.policy.processor import load_processor
 from runtime.runs import run_resolver
 from runtime.service import ServiceRunner
-from tests.consumers.rollout.harness import WAIT_TASK, publish_task, read_until, services
+from tests.bus_reading import read_until
+from tests.consumers.rollout.harness import WAIT_TASK, publish_task, services
 from topics.events import PolicyUpdate
 
 pytestmark = pytest.mark.desktop

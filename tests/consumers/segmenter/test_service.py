@@ -21,6 +21,7 @@ from runtime.policy.model import resolve_policy
 from runtime.policy.processor import PolicyProcessor, load_processor
 from runtime.policy.prompts import system_prompt
 from runtime.policy.render import HistoryRenderer
+from tests.bus_reading import committed_total
 from topics.events import RolloutStep, SegmentReady, TrajectoryComplete
 
 SCALECUA = [sys.executable, "-m", "runtime.cli"]
@@ -173,19 +174,8 @@ async def test_segmenter_survives_kill_9_and_cuts_every_trajectory_exactly(
     assert proc.returncode == 0
     # Superseded attempts were released: the group committed every record of both topics.
     n_steps = len(partial) + sum(len(steps) for steps, _ in finished)
-    assert await _committed_total(bus_settings, "segmenter", "rollout-step") == n_steps
-    assert await _committed_total(bus_settings, "segmenter", "trajectory-complete") == len(finished)
-
-
-async def _committed_total(settings: BusSettings, group: str, topic_name: str) -> int:
-    async with EventConsumer(settings, [topic_name], group_id=None) as probe:
-        tps = await probe.partitions_of(topic_name)
-    consumer = EventConsumer(settings, [], group_id=group)
-    await consumer.start()
-    try:
-        return sum([(await consumer.raw.committed(tp)) or 0 for tp in tps])
-    finally:
-        await consumer.stop()
+    assert await committed_total(bus_settings, "segmenter", "rollout-step") == n_steps
+    assert await committed_total(bus_settings, "segmenter", "trajectory-complete") == len(finished)
 
 
 @pytest.mark.desktop
@@ -196,7 +186,8 @@ async def test_over_a_run_of_the_services_segments_hold_exactly_the_response_tok
     from consumers.segmenter.service import Segmenter, SegmenterConfig
     from producers.rollout_requests import publish_requests, request_group
     from runtime.service import ServiceRunner
-    from tests.consumers.rollout.harness import read_until, services
+    from tests.bus_reading import read_until
+    from tests.consumers.rollout.harness import services
 
     blobs = open_blob_store(str(tmp_path / "blobs"))
     player = ScriptedPlayer(processor, context_window=(K, DELTA))

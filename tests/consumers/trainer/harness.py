@@ -7,16 +7,14 @@ logprobs are the policy's own (recomputed exactly as the rollout engine reports 
 from __future__ import annotations
 
 import io
-import time
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image
 
 from runtime.blobstore import BlobStore
-from runtime.bus import EventConsumer, EventProducer, Record
+from runtime.bus import EventProducer
 from runtime.config import BusSettings
 from runtime.policy.logprobs import recompute_logprobs
 from runtime.policy.model import Policy
@@ -177,31 +175,3 @@ async def publish(
             for topic_name, event in items:
                 futures.append(await producer.send(topic_name, event))
         await producer.wait_acks(futures)
-
-
-async def read_until(
-    settings: BusSettings, topic_name: str, done: Callable[[list[Record]], bool], timeout: float
-) -> list[Record]:
-    """Read a topic from the start until `done(records)` holds (or fail after `timeout`)."""
-    records: list[Record] = []
-    async with EventConsumer(settings, [topic_name], group_id=None) as consumer:
-        tps = await consumer.partitions_of(topic_name)
-        consumer.raw.assign(tps)
-        await consumer.raw.seek_to_beginning(*tps)
-        deadline = time.monotonic() + timeout
-        while not done(records):
-            assert time.monotonic() < deadline, f"{topic_name}: gave up with {len(records)} records"
-            records.extend(r for r in await consumer.getmany(timeout_ms=200) if r.event)
-    return records
-
-
-async def committed(settings: BusSettings, group: str, topic_name: str) -> dict[int, int]:
-    """Per partition: the group's committed offset (0 if none)."""
-    async with EventConsumer(settings, [topic_name], group_id=None) as probe:
-        tps = await probe.partitions_of(topic_name)
-    consumer = EventConsumer(settings, [], group_id=group)  # no topics: it joins nothing
-    await consumer.start()
-    try:
-        return {tp.partition: (await consumer.raw.committed(tp)) or 0 for tp in tps}
-    finally:
-        await consumer.stop()

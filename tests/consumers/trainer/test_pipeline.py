@@ -18,7 +18,8 @@ from runtime.engines.transformers_engine import TransformersEngine
 from runtime.policy.model import Policy
 from runtime.policy.render import HistoryRenderer
 from runtime.service import ServiceRunner
-from tests.consumers.trainer.harness import INSTRUCTION, JUDGE, SYSTEM, read_until, screenshot_png
+from tests.bus_reading import read_until
+from tests.consumers.trainer.harness import INSTRUCTION, JUDGE, SYSTEM, screenshot_png
 from topics.events import Reward, RolloutStep, TrajectoryComplete
 
 K, DELTA, TURNS = 2, 1, 4  # a 4-turn episode in a window of 2+1 screenshots: 2 segments

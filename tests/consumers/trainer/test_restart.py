@@ -16,7 +16,8 @@ from consumers.trainer.checkpoints import METADATA, CheckpointStore
 from runtime.blobstore import open_blob_store
 from runtime.config import BusSettings
 from runtime.policy.model import Policy
-from tests.consumers.trainer.harness import committed, make_group, publish, read_until
+from tests.bus_reading import committed, read_until
+from tests.consumers.trainer.harness import make_group, publish
 from topics.events import PolicyUpdate
 
 SCALECUA = [sys.executable, "-m", "runtime.cli"]

@@ -20,13 +20,8 @@ from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.policy.model import Policy, load_policy
-from tests.consumers.trainer.harness import (
-    committed,
-    make_group,
-    make_rollout,
-    publish,
-    read_until,
-)
+from tests.bus_reading import committed, read_until
+from tests.consumers.trainer.harness import make_group, make_rollout, publish
 from topics.events import PolicyUpdate, Reward
 
 
