@@ -22,7 +22,6 @@ agent's output (the func then scores 0, as in OSWorld).
 from __future__ import annotations
 
 import asyncio
-import math
 import tempfile
 import uuid
 from pathlib import Path
@@ -33,8 +32,9 @@ import orjson
 from runtime.envs.tasks.evaluate import (
     Evaluation,
     FuncScore,
-    combine,
     decided_by_actions,
+    run_metric,
+    score_funcs,
 )
 from runtime.envs.tasks.getters import EvalContext, FetchedFile, get_state
 from runtime.envs.tasks.metrics import METRICS
@@ -137,18 +137,15 @@ async def score_collected(manifest: dict[str, Any], store: ArtifactStore) -> Eva
             funcs = [FuncScore("infeasible", float(decided["score"]))]
         return Evaluation(float(decided["score"]), decided["reason"], funcs)
     ev = Evaluator.from_dict(manifest["evaluator"], f"manifest of {manifest.get('task_id')}")
-    details: list[FuncScore] = []
+    entries = manifest["funcs"]
     with tempfile.TemporaryDirectory(prefix="scalecua-score-") as tmp:
-        for i, entry in enumerate(manifest["funcs"]):
+
+        async def one(i: int) -> FuncScore:
             folder = Path(tmp) / str(i)
             folder.mkdir()
-            detail = await _score_entry(entry, ev.options[i], folder, store)
-            details.append(detail)
-            if ev.conj == "and" and detail.score == 0.0:
-                return Evaluation(0.0, "metrics", details)
-            if ev.conj == "or" and detail.score == 1.0:
-                return Evaluation(1.0, "metrics", details)
-    return Evaluation(combine([d.score for d in details], ev.conj), "metrics", details)
+            return await _score_entry(entries[i], ev.options[i], folder, store)
+
+        return await score_funcs(len(entries), ev.conj, one)
 
 
 async def _score_entry(
@@ -161,19 +158,7 @@ async def _score_entry(
         return FuncScore(name, 0.0, entry["error"])
     result = await _load_files(entry["result"], folder / "result", store)
     expected = await _load_files(entry["expected"], folder / "expected", store)
-    try:
-        if entry.get("has_expected"):
-            value = await asyncio.to_thread(METRICS[name], result, expected, **options)
-        else:
-            value = await asyncio.to_thread(METRICS[name], result, **options)
-    except ScaleCUAError:
-        raise
-    except Exception as exc:  # a metric choking on what the agent produced is a 0, not a crash
-        return FuncScore(name, 0.0, f"{type(exc).__name__}: {exc}")
-    score = float(value)
-    if math.isnan(score):
-        return FuncScore(name, 0.0, "metric returned NaN")
-    return FuncScore(name, min(1.0, max(0.0, score)))
+    return await run_metric(name, result, expected, bool(entry.get("has_expected")), options)
 
 
 async def _load_files(value: Any, folder: Path, store: ArtifactStore) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,16 @@ from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import run_steps
 from runtime.errors import ScaleCUAError, TaskError
 
-__all__ = ["Evaluation", "FuncScore", "combine", "decided_by_actions", "ends_with_fail", "evaluate"]
+__all__ = [
+    "Evaluation",
+    "FuncScore",
+    "combine",
+    "decided_by_actions",
+    "ends_with_fail",
+    "evaluate",
+    "run_metric",
+    "score_funcs",
+]
 
 
 @dataclass
@@ -95,28 +105,46 @@ async def evaluate(
     with tempfile.TemporaryDirectory(prefix="scalecua-eval-") as tmp:
         ctx = EvalContext(controller, Path(cache_dir or tmp), task.base_dir, actions)
         ctx.cache_dir.mkdir(parents=True, exist_ok=True)
-        details: list[FuncScore] = []
-        for i, name in enumerate(ev.funcs):
-            detail = await _score_one(ctx, name, ev.results[i], ev.expecteds[i], ev.options[i])
-            details.append(detail)
-            if ev.conj == "and" and detail.score == 0.0:
-                return Evaluation(0.0, "metrics", details)
-            if ev.conj == "or" and detail.score == 1.0:
-                return Evaluation(1.0, "metrics", details)
-    return Evaluation(combine([d.score for d in details], ev.conj), "metrics", details)
+
+        async def one(i: int) -> FuncScore:
+            name = ev.funcs[i]
+            try:
+                has_expected = ev.expecteds[i] is not None
+                result = await get_state(ctx, ev.results[i])
+                expected = await get_state(ctx, ev.expecteds[i]) if has_expected else None
+            except ScaleCUAError:
+                raise
+            except Exception as exc:  # a getter choking on the agent's output is a 0
+                return FuncScore(name, 0.0, f"{type(exc).__name__}: {exc}")
+            return await run_metric(name, result, expected, has_expected, ev.options[i])
+
+        return await score_funcs(len(ev.funcs), ev.conj, one)
 
 
-async def _score_one(
-    ctx: EvalContext, name: str, result_spec: Any, expected_spec: Any, options: dict[str, Any]
+async def score_funcs(
+    count: int, conj: str, score_one: Callable[[int], Awaitable[FuncScore]]
+) -> Evaluation:
+    """Score funcs 0..count-1 in order by OSWorld's rules, stopping once `conj` is decided."""
+    details: list[FuncScore] = []
+    for i in range(count):
+        detail = await score_one(i)
+        details.append(detail)
+        if conj == "and" and detail.score == 0.0:
+            return Evaluation(0.0, "metrics", details)
+        if conj == "or" and detail.score == 1.0:
+            return Evaluation(1.0, "metrics", details)
+    return Evaluation(combine([d.score for d in details], conj), "metrics", details)
+
+
+async def run_metric(
+    name: str, result: Any, expected: Any, has_expected: bool, options: dict[str, Any]
 ) -> FuncScore:
-    """Run one func's getters and metric; errors from the agent's output score 0."""
+    """Run one metric on fetched states; a metric choking on the agent's output scores 0."""
     try:
-        result = await get_state(ctx, result_spec)
-        if expected_spec is None:
-            value = await asyncio.to_thread(METRICS[name], result, **options)
-        else:
-            expected = await get_state(ctx, expected_spec)
+        if has_expected:
             value = await asyncio.to_thread(METRICS[name], result, expected, **options)
+        else:
+            value = await asyncio.to_thread(METRICS[name], result, **options)
     except ScaleCUAError:
         raise
     except Exception as exc:  # a metric choking on what the agent produced is a 0, not a crash
