@@ -34,7 +34,7 @@ class EvalConfig:
     desktops: int = 2
     max_steps: int = 5
     max_tokens: int = 96
-    observe: str | None = None  # default: a11y for text-only policies, else screenshot
+    observe: str | None = None  # default: the policy card's, else a11y (text-only) / screenshot
     image_max_side: int = 1280
     context: tuple[int, int] = (5, 5)
     judge_version: str = "osworld-metrics-v1"
@@ -49,7 +49,9 @@ async def _log() -> AsyncIterator[BusSettings]:
     broker = EmbeddedBroker(free_port())
     await broker.start()
     try:
-        yield BusSettings(bootstrap=broker.bootstrap)
+        # Long polls: an evaluation's hops are seconds apart, and 25 ms polls kept the
+        # embedded broker at 17-44% of a core that the policy and the desktops need.
+        yield BusSettings(bootstrap=broker.bootstrap, fetch_max_wait_ms=250)
     finally:
         broker.stop()
 
@@ -70,7 +72,7 @@ async def evaluate_policy(
     """Play every task once with the policy (greedy) and return the judged outcomes."""
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.episode import EpisodeConfig
-    from consumers.rollout.players import build_player
+    from consumers.rollout.players import build_player, default_observe
     from consumers.rollout.service import RolloutConfig, rollout_service
     from producers.rollout_requests import publish_requests
     from runtime.blobstore import open_blob_store
@@ -80,10 +82,7 @@ async def evaluate_policy(
     say = progress or (lambda _msg: None)
     sampling = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, stop=("</tool_call>",))
     player = build_player(config.policy, sampling=sampling, context_window=config.context)
-    observe = config.observe
-    if observe is None:
-        text_only = player.processor is not None and not player.processor.is_multimodal
-        observe = "a11y" if text_only else "screenshot"
+    observe = config.observe or default_observe(config.policy, player)
     tag = uuid.uuid4().hex[:6]
     requests = [
         RolloutRequest(

@@ -20,7 +20,14 @@ from typing import Any
 
 import orjson
 
-from consumers.rollout.observation import fit_image, linearize_a11y, text_observation
+from consumers.rollout.observation import (
+    IMAGE_MODES,
+    TEXT_MODES,
+    compact_observation,
+    fit_image,
+    linearize_a11y,
+    text_observation,
+)
 from consumers.rollout.players import EngineUnavailable, Player
 from runtime.blobstore import BlobStore
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
@@ -45,7 +52,7 @@ _TERMINAL_TAIL = (
 class EpisodeConfig:
     """How episodes observe and how long their phases may take."""
 
-    observe: str = "screenshot"  # "screenshot", "a11y" (text only) or "both"
+    observe: str = "screenshot"  # "screenshot", "a11y" or "compact" (text only), or "both"
     image_max_side: int = 1280  # the screenshot is shrunk to fit this before the policy sees it
     blob_timeout_s: float = 30.0  # a blob-store write that takes longer is an outage
 
@@ -80,13 +87,18 @@ async def _observe(controller: Any, config: EpisodeConfig) -> dict[str, Any]:
     """Fetch the raw observation: screenshot, and for text modes the tree and terminal tail."""
     screenshot, size = await controller.screenshot(), await controller.screen_size()
     out: dict[str, Any] = {"screenshot": screenshot, "size": size}
-    if config.observe in ("a11y", "both"):
+    if config.observe in TEXT_MODES:
+        compact = config.observe == "compact"
         tree, tail = await asyncio.gather(
-            controller.accessibility_tree(), controller.execute(_TERMINAL_TAIL, shell=True)
+            controller.accessibility_tree(compact=compact),
+            controller.execute(_TERMINAL_TAIL, shell=True),
         )
         out["a11y"] = tree
-        log = (tail.get("output") or "") if tail.get("returncode") == 0 else ""
-        out["text"] = text_observation(linearize_a11y(tree, size), log.encode() or None)
+        log = ((tail.get("output") or "") if tail.get("returncode") == 0 else "").encode() or None
+        if compact:
+            out["text"] = compact_observation(tree, size, log)
+        else:
+            out["text"] = text_observation(linearize_a11y(tree, size), log)
     return out
 
 
@@ -121,10 +133,25 @@ async def run_episode(
         _complete(emit, request, result, common)
         return result
     episode = player.start(task.instruction, solution)
+    try:
+        return await _play(
+            controller, request, task, player, episode, blobs, emit, trajectory_id, config,
+            common, started, system_ref,
+        )  # fmt: skip
+    finally:
+        episode.close()
+
+
+async def _play(
+    controller: Any, request: RolloutRequest, task: Task, player: Player, episode: Any,
+    blobs: BlobStore, emit: Emit, trajectory_id: str, config: EpisodeConfig,
+    common: dict[str, Any], started: float, system_ref: str,
+) -> EpisodeResult:  # fmt: skip
+    """The turns, the collection and the completion of one episode whose setup succeeded."""
     actions: list[dict[str, Any]] = []
     status, error, answer = "max_steps", None, None
     versions: list[int] = []
-    use_image = config.observe in ("screenshot", "both")
+    use_image = config.observe in IMAGE_MODES
     for step in range(request.max_steps):
         t0 = time.monotonic()
         obs = await _observe(controller, config)
@@ -202,6 +229,7 @@ async def run_episode(
         )
         if status != "max_steps":
             break
+    episode.close()  # no more turns: the engine need not wait for this episode's next one
     artifacts: dict[str, str] = {}
     if status != "error":
         try:

@@ -6,6 +6,15 @@ one line per visible, named element — its role, name, text and centre on the s
 accessibility tree (OSWorld's VM runs GNOME Terminal, which has one), so the desktop's
 terminals log their sessions and the tail of the newest one stands in for its screen.
 Pure functions, no I/O; the episode loop fetches the raw pieces.
+
+The `compact` mode is the same information cut to what a small text policy needs on a CPU
+budget (`compact_observation`): the window's title, the text of text areas, a table's
+filled cells row by row and its selected cell, the buttons and labels of a dialog, and
+the terminal's last lines — no menus, toolbars, status bars, empty cells or coordinates
+(but a dialog's buttons keep theirs). It reads the desktop's compact accessibility dump
+(only what is showing; a sheet's used block), which is what makes it cheap: measured on
+the task families, a Calc turn is ~100 tokens from a 1.7 s dump instead of 3,200 tokens
+from a 22 s one, a mousepad turn ~40 tokens instead of ~220.
 """
 
 from __future__ import annotations
@@ -18,9 +27,18 @@ from typing import Any
 from runtime.envs.tasks.getters import terminal_text
 from runtime.policy.actions import GRID
 
-__all__ = ["OBSERVE_MODES", "linearize_a11y", "text_observation", "fit_image"]
+__all__ = [
+    "OBSERVE_MODES",
+    "TEXT_MODES",
+    "compact_observation",
+    "linearize_a11y",
+    "text_observation",
+    "fit_image",
+]
 
-OBSERVE_MODES = ("screenshot", "a11y", "both")
+OBSERVE_MODES = ("screenshot", "a11y", "both", "compact")
+TEXT_MODES = ("a11y", "both", "compact")  # modes that show the policy text
+IMAGE_MODES = ("screenshot", "both")  # modes that show the policy a screenshot
 _STATE = "https://accessibility.ubuntu.example.org/ns/state"
 _COMPONENT = "https://accessibility.ubuntu.example.org/ns/component"
 # Roles that are layout, not something an agent reads or acts on.
@@ -86,6 +104,93 @@ def text_observation(
         shown = terminal_text(terminal_log).rstrip("\n").splitlines()[-max_terminal_lines:]
         parts += ["Terminal (last lines):", "\n".join(shown)]
     return "\n".join(parts)
+
+
+# Compact mode: subtrees that are chrome, not content (their text is never shown) ...
+_CHROME_ROLES = {"menu-bar", "menu", "tool-bar", "status-bar", "scroll-bar"}
+# ... and containers whose buttons and labels are the content (a question the agent answers).
+_DIALOG_ROLES = {"dialog", "alert", "file-chooser"}
+_TEXT_ROLES = {"text", "paragraph", "entry", "password-text", "document-text", "heading"}
+
+
+def _role(node: ET.Element) -> str:
+    return node.tag.rsplit("}", 1)[-1]
+
+
+def _focused(node: ET.Element) -> bool:
+    return node.get(f"{{{_STATE}}}focused") == "true"
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def compact_observation(
+    xml_text: str,
+    screen: tuple[int, int],
+    terminal_log: bytes | None,
+    *,
+    max_cells: int = 60,
+    max_text: int = 400,
+    max_terminal_lines: int = 10,
+    max_chars: int = 2000,
+) -> str:
+    """The compact text view of a screen: window, content, dialog, terminal (see the module doc)."""
+    try:
+        root = ET.fromstring(xml_text) if xml_text.strip() else None
+    except ET.ParseError:
+        root = None
+    windows: list[str] = []
+    texts: list[str] = []
+    rows: dict[str, list[str]] = {}
+    selected: str | None = None
+    dialog: list[str] = []
+
+    def visit(node: ET.Element, in_dialog: bool) -> None:
+        nonlocal selected
+        role = _role(node)
+        if role in _CHROME_ROLES and not in_dialog:
+            return
+        name = " ".join((node.get("name") or "").split())
+        text = (node.text or "").strip()
+        if role == "frame" and name:
+            windows.append(name)
+        elif role in _DIALOG_ROLES:
+            in_dialog = True
+            dialog.append(f"Dialog: {name}" if name else "Dialog:")
+        elif role == "table-cell":
+            if _focused(node):
+                selected = f"{name} {text!r}" if text else f"{name} (empty)"
+            if text and sum(map(len, rows.values())) < max_cells:
+                row = name.lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ") or "?"
+                rows.setdefault(row, []).append(f"{name} {_clip(' '.join(text.split()), 40)}")
+        elif (
+            in_dialog
+            and role in ("push-button", "label", "check-box", "radio-button")
+            and (name or text)
+        ):
+            where = _center(node, screen)
+            label = _clip(name or " ".join(text.split()), 120)
+            dialog.append(f"  [{role}] {label}" + (f" at {where}" if where else ""))
+        elif role in _TEXT_ROLES and text:
+            mark = " (focused)" if _focused(node) else ""
+            texts.append(f"Text{mark}: {_clip(text, max_text)!r}")
+        for child in node:
+            visit(child, in_dialog)
+
+    if root is not None:
+        visit(root, False)
+    parts = [f"Window: {' | '.join(windows) if windows else '(none)'}"]
+    parts += texts
+    if rows:
+        parts.append("Cells: " + "; ".join(", ".join(cells) for cells in rows.values()))
+    if selected:
+        parts.append(f"Selected cell: {selected}")
+    parts += dialog
+    if terminal_log:
+        shown = terminal_text(terminal_log).rstrip("\n").splitlines()[-max_terminal_lines:]
+        parts += ["Terminal:", "\n".join(_clip(line, 200) for line in shown)]
+    return _clip("\n".join(parts), max_chars)
 
 
 def fit_image(png: bytes, max_side: int) -> Any:

@@ -24,10 +24,19 @@ from runtime.engines.base import GenerationRequest, RolloutEngine, SamplingParam
 from runtime.errors import PolicyError
 from runtime.policy.actions import format_action
 from runtime.policy.processor import PolicyProcessor
-from runtime.policy.prompts import system_prompt
+from runtime.policy.prompts import response_style, system_prompt
 from runtime.policy.render import HistoryRenderer
 
-__all__ = ["Reply", "Player", "EpisodePlayer", "ModelPlayer", "ScriptedPlayer", "EngineUnavailable"]
+__all__ = [
+    "Reply",
+    "Player",
+    "EpisodePlayer",
+    "ModelPlayer",
+    "ScriptedPlayer",
+    "EngineUnavailable",
+    "build_player",
+    "default_observe",
+]
 
 
 class EngineUnavailable(PolicyError):
@@ -53,6 +62,10 @@ class EpisodePlayer(Protocol):
 
     async def act(self, image: Any | None, observation: str) -> Reply:
         """Answer the next turn, given the (resized) screenshot and the observation text."""
+        ...
+
+    def close(self) -> None:
+        """The episode is over (it sends no more turns)."""
         ...
 
 
@@ -127,6 +140,9 @@ class ModelPlayer:
         self.system_prompt = system_prompt(prompt_variant)
         self.sampling = sampling or SamplingParams(stop=("</tool_call>",))
         self.generate_timeout_s = generate_timeout_s
+        self.active = 0  # episodes started and not closed: the requests a full round holds
+        if hasattr(engine, "expected"):
+            engine.expected = lambda: self.active
 
     @property
     def policy_version(self) -> int:
@@ -150,6 +166,13 @@ class _ModelEpisode:
     def __init__(self, player: ModelPlayer, instruction: str) -> None:
         self.player = player
         self.rendering = _Rendering(player, instruction)
+        self.closed = False
+        player.active += 1
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.player.active -= 1
 
     async def act(self, image: Any | None, observation: str) -> Reply:
         t0 = time.monotonic()
@@ -219,13 +242,16 @@ class _ScriptedEpisode:
         self.actions = actions
         self.turn = 0
 
+    def close(self) -> None:
+        """Nothing to release."""
+
     async def act(self, image: Any | None, observation: str) -> Reply:
         t0 = time.monotonic()
         ids, _ = self.rendering.observe(image, observation)
         # Past the end of the script (a refused final action, say): declare it done.
         action = self.actions[self.turn] if self.turn < len(self.actions) else {"action": "done"}
         self.turn += 1
-        text = format_action(action)
+        text = format_action(action, response_style(self.player.prompt_variant))
         response_ids: list[int] = []
         renderer = self.rendering.renderer
         if renderer is not None:
@@ -250,24 +276,29 @@ def build_player(
     engine: str = "transformers",
     engine_url: str | None = None,
     tokenizer: str = "tiny",
-    prompt_variant: str = "osworld",
+    prompt_variant: str | None = None,
     sampling: SamplingParams | None = None,
     generate_timeout_s: float = 300.0,
     dtype: str = "float32",
     device: str = "cpu",
     max_batch: int = 8,
     context_window: tuple[int, int] | None = (5, 5),
+    batch_wait_s: float = 3.0,
 ) -> Player:
     """Build a player from CLI-style settings.
 
     `policy`: "scripted", "tiny", "smollm2" or a model folder. A scripted player renders
     with `tokenizer`'s processor ("none" skips rendering). `engine`: "transformers" (CPU
-    default), "vllm-http" (with `engine_url`) or "vllm" (in-process, GPU).
+    default), "vllm-http" (with `engine_url`) or "vllm" (in-process, GPU). The prompt
+    variant defaults to the policy folder's card (runtime/policy/card.py), else "osworld".
     """
     from runtime.errors import ConfigError
     from runtime.policy.model import resolve_policy
     from runtime.policy.processor import load_processor
 
+    if prompt_variant is None:
+        card = _card(tokenizer if policy == "scripted" else policy)
+        prompt_variant = (card.prompt_variant if card else None) or "osworld"
     if policy == "scripted":
         processor = None if tokenizer == "none" else load_processor(resolve_policy(tokenizer))
         return ScriptedPlayer(
@@ -278,7 +309,7 @@ def build_player(
         from runtime.engines.transformers_engine import TransformersEngine
 
         rollout_engine: Any = TransformersEngine(
-            policy, dtype=dtype, device=device, max_batch=max_batch
+            policy, dtype=dtype, device=device, max_batch=max_batch, batch_wait_s=batch_wait_s
         )
         processor = rollout_engine.policy.processor
     elif engine == "vllm-http":
@@ -304,3 +335,23 @@ def build_player(
         generate_timeout_s=generate_timeout_s,
         context_window=context_window,
     )
+
+
+def _card(spec: str) -> Any:
+    """The card of a policy spec's folder, if it has one ("none" and scripted have none)."""
+    from runtime.policy.card import read_card
+    from runtime.policy.model import resolve_policy
+
+    if spec in ("none", "scripted"):
+        return None
+    return read_card(resolve_policy(spec))
+
+
+def default_observe(policy: str, player: Player) -> str:
+    """What a policy observes unless told: its card's mode, else a11y text for a text-only
+    policy and the screenshot for a vision-language one."""
+    card = _card(policy)
+    if card is not None and card.observe:
+        return str(card.observe)
+    text_only = player.processor is not None and not player.processor.is_multimodal
+    return "a11y" if text_only else "screenshot"

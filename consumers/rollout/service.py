@@ -37,6 +37,7 @@ from consumers.rollout.episode import (
     error_result,
     run_episode,
 )
+from consumers.rollout.observation import IMAGE_MODES, OBSERVE_MODES
 from consumers.rollout.players import Player
 from runtime.blobstore import BlobStore
 from runtime.bus import EventConsumer, Record
@@ -301,13 +302,15 @@ async def rollout_service(
     async with rollout_service(settings, config, player, blobs) as runner:
         await runner.run()
     """
-    if config.episode.observe in ("screenshot", "both") and (
+    if config.episode.observe in IMAGE_MODES and (
         player.processor is not None and not player.processor.is_multimodal
     ):
         raise ConfigError(
-            "this policy is text-only: observe with --observe a11y (the accessibility tree "
-            "and terminal as text)"
+            "this policy is text-only: observe with --observe a11y or compact (the "
+            "accessibility tree and terminal as text)"
         )
+    if config.episode.observe not in OBSERVE_MODES:
+        raise ConfigError(f"unknown observe mode {config.episode.observe!r}: {OBSERVE_MODES}")
     tasks = await TopicTable(settings, "tasks").start()
     try:
         async with DesktopPool(config.desktops) as pool:

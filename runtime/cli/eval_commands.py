@@ -32,8 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--desktops", type=int, default=2, help="desktops side by side (default 2)")
     p.add_argument("--max-steps", type=int, default=5, help="turn limit per episode (default 5)")
     p.add_argument("--max-tokens", type=int, default=96, help="tokens per turn (default 96)")
-    p.add_argument("--observe", default=None, choices=("screenshot", "a11y", "both"),
-                   help="default: a11y for text-only policies, else screenshot")  # fmt: skip
+    p.add_argument("--observe", default=None, choices=("screenshot", "a11y", "both", "compact"),
+                   help="default: the policy card's, else a11y for text-only policies and "
+                   "screenshot for the others")  # fmt: skip
     p.add_argument("--threshold", type=float, default=1.0, help="a score >= this passes")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     p.set_defaults(func=_eval)

@@ -36,8 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "| none; default tiny)",
     )  # fmt: skip
     p.add_argument(
-        "--observe", default=None, choices=("screenshot", "a11y", "both"),
-        help="what the policy sees (default: screenshot for image models, a11y for text-only)",
+        "--observe", default=None, choices=("screenshot", "a11y", "both", "compact"),
+        help="what the policy sees (default: the policy card's, else screenshot for image "
+        "models and a11y for text-only; compact: the short text view, docs/learning.md)",
     )  # fmt: skip
     p.add_argument(
         "--image-max-side", type=int, default=1280,
@@ -48,7 +49,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="context window: at most K+DELTA observations, the oldest DELTA omitted when "
         "full (Visual Context Segmentation; paper: 5 5; 0 0 keeps every observation)",
     )  # fmt: skip
-    p.add_argument("--prompt", default="osworld", choices=("osworld", "scienceboard"))
+    p.add_argument(
+        "--prompt", default=None, choices=("osworld", "scienceboard", "compact"),
+        help="system prompt variant (default: the policy card's, else osworld)",
+    )  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--max-tokens", type=int, default=256, help="tokens per turn (256)")
@@ -111,7 +115,7 @@ def _bootstrap(p: argparse.ArgumentParser) -> None:
 def rollout_setup(args: argparse.Namespace) -> tuple[Any, Any]:
     """Build the player and the RolloutConfig from parsed `rollout` arguments."""
     from consumers.rollout.episode import EpisodeConfig
-    from consumers.rollout.players import build_player
+    from consumers.rollout.players import build_player, default_observe
     from consumers.rollout.service import RolloutConfig
     from runtime.engines.base import SamplingParams
 
@@ -124,10 +128,9 @@ def rollout_setup(args: argparse.Namespace) -> tuple[Any, Any]:
         prompt_variant=args.prompt, sampling=sampling, generate_timeout_s=args.generate_timeout,
         context_window=tuple(args.context) if args.context[0] > 0 else None,
     )  # fmt: skip
-    observe = args.observe
-    if observe is None:
-        text_only = player.processor is not None and not player.processor.is_multimodal
-        observe = "a11y" if text_only else "screenshot"
+    observe = args.observe or default_observe(
+        args.tokenizer if args.policy == "scripted" else args.policy, player
+    )
     config = RolloutConfig(
         desktops=args.desktops, reload=args.reload, group_id=args.group,
         episode=EpisodeConfig(observe=observe, image_max_side=args.image_max_side),

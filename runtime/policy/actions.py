@@ -12,6 +12,12 @@ exactly one tool call, as Qwen's computer-use agents do:
 takes (`{"action": "left_click", "coordinate": [52, 31]}`), with coordinates as ints on the
 1000x1000 grid. Anything else returns a `ParseError` (a kind and a readable reason) that the
 rollout records as a failed step; it never raises.
+
+The compact prompt (small policies on a CPU budget) asks for the arguments object alone,
+as the whole response — `{"action": "done"}` is 6 tokens for SmolLM2 where the tool call
+is 30, and decoding is what a CPU rollout spends its time on. A response with no
+`<tool_call>` block that is exactly one JSON object with an "action" is read that way, in
+every variant; `format_action(action, style="json")` writes it.
 """
 
 from __future__ import annotations
@@ -21,7 +27,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACTION_ARGUMENTS", "GRID", "ParseError", "format_action", "parse_action"]
+__all__ = [
+    "ACTION_ARGUMENTS",
+    "GRID",
+    "RESPONSE_STYLES",
+    "ParseError",
+    "format_action",
+    "parse_action",
+]
 
 GRID = 1000  # coordinates are on a GRID x GRID grid, rescaled to the screen by the controller
 TOOL_NAME = "computer_use"
@@ -58,6 +71,7 @@ _KEY_TEXT = {*_CLICKS, "key", "hold_key"}  # actions whose text is a key combina
 _SCROLL_DIRECTIONS = ("up", "down", "left", "right")
 _KEY_NAME = re.compile(r"^[A-Za-z0-9_]+$|^[^\sA-Za-z0-9]$")
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+RESPONSE_STYLES = ("tool_call", "json")  # how format_action writes an action
 
 
 @dataclass(frozen=True)
@@ -84,13 +98,31 @@ def _extract_call(text: str) -> str | ParseError:
     if not calls:
         if "<tool_call>" in text:
             return _error("unclosed_tool_call", "<tool_call> is never closed by </tool_call>", text)
-        return _error("no_tool_call", "no <tool_call>...</tool_call> block in the response", text)
+        if _bare_object(text) is not None:
+            return text.strip()
+        return _error(
+            "no_tool_call",
+            'no <tool_call>...</tool_call> block (nor a lone JSON object with an "action")',
+            text,
+        )
     if len(calls) > 1:
         return _error("multiple_tool_calls", f"{len(calls)} tool calls; exactly one is allowed")
     body = calls[0].strip()
     # Tolerate a markdown fence around the JSON: models trained on chat data emit one.
     fenced = re.fullmatch(r"```(?:json)?\s*(.*?)\s*```", body, re.DOTALL)
     return fenced.group(1) if fenced else body
+
+
+def _bare_object(text: str) -> dict[str, Any] | None:
+    """The response as one JSON object with an "action" (the compact style), else None."""
+    body = text.strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return None
+    try:
+        value = json.loads(body)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) and "action" in value else None
 
 
 def _coordinate(value: Any, name: str) -> list[int] | ParseError:
@@ -182,6 +214,8 @@ def parse_action(text: str) -> dict[str, Any] | ParseError:
         return _error("bad_json", f"the tool call is not valid JSON: {exc}", body)
     if not isinstance(call, dict):
         return _error("not_an_object", "the tool call must be a JSON object", body)
+    if "action" in call and "name" not in call and "arguments" not in call:
+        return _validate(call)  # the arguments alone: the compact style
     if call.get("name") != TOOL_NAME:
         return _error(
             "wrong_tool", f'the tool call must name "{TOOL_NAME}", got {call.get("name")!r}'
@@ -198,7 +232,12 @@ def parse_action(text: str) -> dict[str, Any] | ParseError:
     return _validate(arguments)
 
 
-def format_action(action: dict[str, Any]) -> str:
-    """The tool-call block a policy emits for an action (inverse of parse_action)."""
+def format_action(action: dict[str, Any], style: str = "tool_call") -> str:
+    """The response a policy writes for an action (inverse of parse_action): the tool-call
+    block, or with style "json" the arguments object alone."""
+    if style == "json":
+        return json.dumps(action, ensure_ascii=False)
+    if style != "tool_call":
+        raise ValueError(f"unknown response style {style!r}; one of {RESPONSE_STYLES}")
     call = {"name": TOOL_NAME, "arguments": action}
     return f"<tool_call>\n{json.dumps(call, ensure_ascii=False)}\n</tool_call>"

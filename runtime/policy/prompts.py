@@ -3,7 +3,12 @@
 Both describe the screen, the 1000x1000 coordinate grid, the action space and the response
 format that `runtime.policy.actions.parse_action` reads: free-form reasoning, then one
 `<tool_call>` block naming the `computer_use` tool. The ScienceBoard variant adds the
-`done`, `answer` and `write_file` actions its tasks are judged by. A deployment can replace
+`done`, `answer` and `write_file` actions its tasks are judged by. The `compact` variant is
+for small text-only policies on a CPU budget (the laptop recipe, docs/learning.md): the
+same action space, described in ~110 tokens instead of ~500, and a shorter reply — the
+action's JSON object alone, no reasoning and no tool-call wrapper (`response_style`) —
+since every prompt token is paid for again at each turn of every rollout and in every
+training segment, and every response token is a step of the decoder. A deployment can replace
 either with its own text (`system_prompt(custom=...)`); the actions it describes must stay
 within the parser's action space.
 """
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from runtime.errors import ConfigError
 
-__all__ = ["VARIANTS", "system_prompt"]
+__all__ = ["VARIANTS", "response_style", "system_prompt"]
 
 _HEADER = """\
 You are a computer-use agent operating a desktop computer ({os}) whose screen is shown to you as a \
@@ -59,7 +64,21 @@ then give exactly one action as a tool call, and nothing after it:
 </tool_call>
 """
 
-VARIANTS = ("osworld", "scienceboard")
+_COMPACT = """\
+You operate an Ubuntu Linux desktop. Each turn shows the task and the screen as text. \
+Reply with exactly one action as a JSON object and nothing else, for example:
+{"action": "type", "text": "ls\\n"}
+Actions: type "text" ("\\n" presses Enter); key "text" (e.g. "ctrl+s", "Return"); \
+left_click "coordinate" [x, y] on a 1000x1000 grid; done (the task is complete); fail \
+(it cannot be done).
+"""
+
+VARIANTS = ("osworld", "scienceboard", "compact")
+
+
+def response_style(variant: str) -> str:
+    """How a policy prompted with `variant` writes an action (runtime.policy.actions)."""
+    return "json" if variant == "compact" else "tool_call"
 
 
 def system_prompt(
@@ -75,5 +94,7 @@ def system_prompt(
         return custom.read_text() if isinstance(custom, Path) else custom
     if variant not in VARIANTS:
         raise ConfigError(f"unknown prompt variant {variant!r}; choose one of {VARIANTS}")
+    if variant == "compact":
+        return _COMPACT
     extra = _SCIENCEBOARD_ACTIONS if variant == "scienceboard" else _OSWORLD_ACTIONS
     return _HEADER.format(os=os_name, grid=grid) + extra + _FORMAT.format()

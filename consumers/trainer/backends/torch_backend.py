@@ -124,6 +124,11 @@ class TorchBackend:
         if optimizer_state is not None:
             state = torch.load(Path(optimizer_state) / "optimizer.pt", map_location=cfg.device)
             self.optimizer.load_state_dict(state)
+            # The saved state brings its own hyperparameters; the configuration governs them
+            # (a resumed run at another learning rate must train at that rate), the state
+            # only carries the moments and step counts.
+            for group in self.optimizer.param_groups:
+                group.update(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
     def trainable_parameters(self) -> int:
         """How many parameters the optimizer updates."""

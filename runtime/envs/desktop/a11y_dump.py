@@ -9,6 +9,13 @@ after its role, `name`, states in the `st:` namespace, attributes in `attr:`, on
 position and size in `cp:`, text as element text, values in `val:`, actions in `act:`.
 Caps: depth 50 and 1024 children per node; a node reporting more children than that
 (a Calc sheet reports 2^31-1 cells) contributes only the cells showing on screen.
+
+`--compact` (scalecua's compact text view; OSWorld has no such mode) dumps only what is
+showing: a child that is not showing (the items of a closed menu, a hidden panel) is left
+out with its subtree, and a huge table contributes only its used block of cells — rows
+and columns up to the last non-empty cell, plus a margin of `COMPACT_MARGIN` empty ones
+(where the next value goes). Measured on a Calc sheet: 22 s and ~2,200 nodes for the full
+dump; building a cell costs ~36 ms (LibreOffice makes its accessible on demand).
 """
 
 import sys
@@ -30,6 +37,7 @@ MAX_DEPTH = 50
 MAX_WIDTH = 1024
 MAX_SCAN = 500  # rows or columns to look through for the first cell showing on screen
 MAX_TEXT = 10_000  # characters of one node's text
+COMPACT_MARGIN = 2  # empty rows/columns a compact dump keeps past a table's last value
 
 
 def _q(ns, name):
@@ -131,8 +139,81 @@ def _showing_cells(table_node):
             break
 
 
-def build(node, depth):
-    """Return the XML element of `node` and its subtree."""
+def _used_cells(table_node):
+    """Yield the cells of a huge table's used block (from its first showing cell) and margin."""
+    try:
+        table = table_node.queryTable()
+        rows, cols = table.nRows, table.nColumns
+    except Exception:
+        return
+    start = _first_showing(table_node, table, rows, cols)
+    if start is None:
+        return
+    row0, col0 = start
+    last_col = col0  # the rightmost column holding a value so far
+    empty_rows = 0
+    for r in range(row0, min(rows, row0 + MAX_SCAN)):
+        filled = False
+        empty_run = 0
+        c = col0
+        while c < min(cols, col0 + MAX_SCAN):
+            cell = table.getAccessibleAt(r, c)
+            if cell is None or not _showing(cell):
+                break
+            yield cell
+            if _text(cell) or cell.name and _has_value(cell):
+                filled, empty_run, last_col = True, 0, max(last_col, c)
+            else:
+                empty_run += 1
+                if c > last_col and empty_run > COMPACT_MARGIN:
+                    break
+            c += 1
+        empty_rows = 0 if filled else empty_rows + 1
+        if empty_rows > COMPACT_MARGIN:
+            break
+
+
+def _has_value(cell):
+    """Whether a cell shows something (a number cell has text; this catches the rest)."""
+    try:
+        return bool(cell.queryValue().currentValue)
+    except Exception:
+        return False
+
+
+def _first_showing(table_node, table, rows, cols):
+    """The (row, column) of the top-left cell on screen: the cell at the table's top-left
+    point when its name is a Calc reference such as `B7`, else the first one a scan finds."""
+    try:
+        x, y, _, _ = table_node.queryComponent().getExtents(pyatspi.XY_SCREEN)
+        cell = table_node.queryComponent().getAccessibleAtPoint(x + 2, y + 2, pyatspi.XY_SCREEN)
+        found = _cell_reference(cell.name if cell is not None else "")
+        if found is not None and found[0] < rows and found[1] < cols:
+            return found
+    except Exception:
+        pass
+    for r in range(min(rows, MAX_SCAN)):
+        for c in range(min(cols, MAX_SCAN)):
+            cell = table.getAccessibleAt(r, c)
+            if cell is not None and _showing(cell):
+                return r, c
+    return None
+
+
+def _cell_reference(name):
+    """(row, column), 0-based, of a spreadsheet reference such as `AB12`; None otherwise."""
+    letters = name.rstrip("0123456789")
+    digits = name[len(letters) :]
+    if not letters or not digits or not letters.isalpha() or not letters.isupper():
+        return None
+    col = 0
+    for ch in letters:
+        col = col * 26 + (ord(ch) - ord("A") + 1)
+    return int(digits) - 1, col - 1
+
+
+def build(node, depth, compact=False):
+    """Return the XML element of `node` and its subtree (only what is showing when compact)."""
     attrs = _attributes(node)
     try:
         role = (node.getRoleName() or "").strip()
@@ -149,22 +230,24 @@ def build(node, depth):
     except Exception:
         return element
     if count > MAX_WIDTH:
-        children = _showing_cells(node)
+        children = _used_cells(node) if compact else _showing_cells(node)
     else:
         children = (node.getChildAtIndex(i) for i in range(count))
     for i, child in enumerate(children):
         if i >= MAX_WIDTH:
             break
-        if child is not None:
-            try:
-                element.append(build(child, depth + 1))
-            except Exception:
-                continue
+        if child is None or (compact and not _showing(child)):
+            continue
+        try:
+            element.append(build(child, depth + 1, compact))
+        except Exception:
+            continue
     return element
 
 
 def main():
     """Dump every application's tree under one `desktop-frame` root to stdout."""
+    compact = "--compact" in sys.argv[1:]
     for prefix, uri in NS.items():
         ET.register_namespace(prefix, uri)
     pyatspi.setTimeout(2000, 15000)
@@ -174,7 +257,7 @@ def main():
         app = desktop.getChildAtIndex(i)
         if app is not None:
             try:
-                root.append(build(app, 1))
+                root.append(build(app, 1, compact))
             except Exception:
                 continue
     sys.stdout.write(ET.tostring(root, encoding="unicode"))

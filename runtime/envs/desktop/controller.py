@@ -130,10 +130,14 @@ class DesktopController:
         r = await self._request("GET", "/screenshot", idempotent=True)
         return self._check(r, "screenshot").content
 
-    async def accessibility_tree(self) -> str:
-        """Return the accessibility tree as OSWorld-shaped XML."""
+    async def accessibility_tree(self, *, compact: bool = False) -> str:
+        """Return the accessibility tree as OSWorld-shaped XML (compact: only what is showing)."""
         r = await self._request(
-            "GET", "/accessibility", idempotent=True, wait=max(self.timeout, 90)
+            "GET",
+            "/accessibility",
+            idempotent=True,
+            wait=max(self.timeout, 90),
+            params={"compact": "1"} if compact else None,
         )
         return self._check(r, "accessibility tree").json()["AT"]
 

@@ -120,10 +120,15 @@ class DesktopServer:
         return web.Response(body=png, content_type="image/png")
 
     async def accessibility(self, request: web.Request) -> web.Response:
-        """GET /accessibility: {"AT": xml} in OSWorld's shape, dumped by Debian's python3."""
+        """GET /accessibility: {"AT": xml} in OSWorld's shape, dumped by Debian's python3.
+
+        `?compact=1` (a scalecua extension) dumps only what is showing, and of a huge table
+        its used block (see a11y_dump.py)."""
+        compact = request.query.get("compact", "") in ("1", "true")
         proc = await asyncio.create_subprocess_exec(
             _SYSTEM_PYTHON,
             str(_A11Y_SCRIPT),
+            *(["--compact"] if compact else []),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.session.env,

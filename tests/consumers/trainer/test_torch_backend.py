@@ -149,6 +149,13 @@ async def test_checkpoints_load_as_policies_and_into_the_rollout_engine(
     again.load(tmp_path / "v1", optimizer_state=tmp_path / "state")
     steps = [s["step"] for s in again.optimizer.state_dict()["state"].values()]
     assert steps and all(float(s) == 1.0 for s in steps)
+    # ...under the configured hyperparameters, not the saved ones (a warm start's SFT rate
+    # must not carry into the RL run that resumes from it).
+    other = make_backend("torch", lr=2e-5, weight_decay=0.1)
+    other.load(tmp_path / "v1", optimizer_state=tmp_path / "state")
+    assert {g["lr"] for g in other.optimizer.param_groups} == {2e-5}
+    assert {g["weight_decay"] for g in other.optimizer.param_groups} == {0.1}
+    assert other.optimizer.state_dict()["state"]  # the moments came along
 
 
 def test_sft_lowers_the_cross_entropy_of_successful_episodes(

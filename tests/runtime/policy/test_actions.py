@@ -54,6 +54,28 @@ def test_accepts_every_action(action: dict) -> None:
     assert parse_action(format_action(action)) == action
 
 
+@pytest.mark.parametrize("action", VALID, ids=lambda a: a["action"])
+def test_json_style_writes_the_arguments_alone(action: dict) -> None:
+    text = format_action(action, style="json")
+    assert "<tool_call>" not in text and json.loads(text) == action
+    assert parse_action(text) == action
+    assert parse_action(f"  {text}\n") == action  # surrounding whitespace is not content
+
+
+def test_json_style_is_validated_like_a_tool_call() -> None:
+    bad = parse_action('{"action": "left_click", "coordinate": [1, 2000]}')
+    assert isinstance(bad, ParseError) and bad.kind == "coordinate_out_of_range"
+    # Prose around the object, or an object without "action", is not the compact style.
+    for text in ['I am done. {"action": "done"}', '{"name": "done"}', '{"action": "done"']:
+        result = parse_action(text)
+        assert isinstance(result, ParseError) and result.kind == "no_tool_call", text
+
+
+def test_unknown_response_style_is_an_error() -> None:
+    with pytest.raises(ValueError, match="style"):
+        format_action({"action": "done"}, style="xml")
+
+
 def test_every_action_type_is_covered() -> None:
     assert {a["action"] for a in VALID} == set(ACTION_ARGUMENTS)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from runtime.errors import ConfigError
-from runtime.policy.actions import ACTION_ARGUMENTS, parse_action
-from runtime.policy.prompts import system_prompt
+from runtime.policy.actions import ACTION_ARGUMENTS, format_action, parse_action
+from runtime.policy.prompts import response_style, system_prompt
 
 
 def test_scienceboard_describes_every_action() -> None:
@@ -31,6 +31,21 @@ def test_example_in_prompt_parses(variant: str) -> None:
         "action": "left_click",
         "coordinate": [500, 300],
     }
+
+
+def test_compact_is_short_and_its_example_parses() -> None:
+    text = system_prompt("compact")
+    for action in ("type", "key", "left_click", "done", "fail"):
+        assert re.search(rf"\b{action}\b", text), action
+    assert len(text) < len(system_prompt("osworld")) / 3  # every turn pays for it again
+    example = next(line for line in text.splitlines() if line.startswith("{"))
+    assert parse_action(example) == {"action": "type", "text": "ls\n"}
+    assert response_style("compact") == "json"
+    assert format_action(parse_action(example), response_style("compact")) == example
+
+
+def test_paper_variants_answer_with_a_tool_call() -> None:
+    assert response_style("osworld") == response_style("scienceboard") == "tool_call"
 
 
 def test_grid_and_os_are_configurable() -> None:

@@ -237,6 +237,38 @@ async def test_accessibility_tree_caps_a_calc_sheet(ctl: DesktopController, wait
     assert any((c.text or "").strip() == "alpha" for c in cells)
 
 
+async def test_compact_tree_keeps_a_sheets_used_block_and_what_is_showing(
+    ctl: DesktopController, wait_window
+) -> None:
+    import io
+
+    import openpyxl
+
+    from consumers.rollout.observation import compact_observation
+
+    book = openpyxl.Workbook()
+    for row in (["alpha", "beta"], [1, 2]):
+        book.active.append(row)
+    data = io.BytesIO()
+    book.save(data)  # xlsx, not csv: Calc opens it without an import dialog
+    await ctl.upload_file("/home/user/Documents/sheet.xlsx", data.getvalue())
+    await ctl.open_file("/home/user/Documents/sheet.xlsx", timeout=60)
+    await wait_window(ctl, "sheet")
+    await asyncio.sleep(1.0)  # the sheet's cells are exposed a moment after the frame
+    full = ET.fromstring(await ctl.accessibility_tree())
+    xml = await ctl.accessibility_tree(compact=True)
+    compact = ET.fromstring(xml)
+    cells = [c for t in compact.iter("table") for c in t]
+    # The used block A1:B2 and a margin of empty cells around it, not the visible grid.
+    assert {"alpha", "beta", "1", "2"} <= {(c.text or "").strip() for c in cells}
+    assert len(cells) < len([c for t in full.iter("table") for c in t]) / 4
+    assert len(list(compact.iter())) < len(list(full.iter()))
+    text = compact_observation(xml, (1280, 800), None)
+    assert "sheet" in text.splitlines()[0]
+    assert "A1 alpha, B1 beta; A2 1, B2 2" in text
+    assert "Selected cell: A1 'alpha'" in text
+
+
 async def test_screenshot_shows_the_mouse_pointer(ctl: DesktopController) -> None:
     import io
 
