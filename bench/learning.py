@@ -319,8 +319,7 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
     async with _phase() as phase:
         settings = phase.settings
         await publish_tasks(settings, families.task_events(pool))
-        sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens,
-                                  stop=("</tool_call>",))  # fmt: skip
+        sampling = SamplingParams(temperature=args.temperature, max_tokens=args.max_tokens)
         player = build_player(str(warm), sampling=sampling, context_window=(k, delta),
                               max_batch=args.max_batch)  # fmt: skip
         phase.start(ServiceRunner(Judge(JudgeConfig(), blobs), settings, metrics_interval_s=600))
@@ -338,7 +337,7 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
         sampler_cfg = SamplerConfig(
             frontier=FrontierConfig(strategy=strategy), batch_tasks=args.batch,
             group_size=args.n, max_steps=args.max_steps, max_in_flight=args.in_flight,
-            max_ahead=args.in_flight, seed=args.seed,
+            max_ahead=args.in_flight, seed=args.seed, refill_unusable=True,
         )  # fmt: skip
         started = time.monotonic()
         async with trainer_service(settings, rl, blobs=blobs, metrics_interval_s=600,

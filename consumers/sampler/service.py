@@ -17,6 +17,13 @@ Run one sampler per training run (it is a singleton: it consumes `reward` and
   staleness without starving the rollout workers. Unseen tasks come first (the initial
   pass: one group each), then batches chosen by the configured strategy (frontier.py).
 
+With `refill_unusable` (pair it with the trainer's `skip_equal_groups`, DAPO's dynamic
+sampling), a finished group the trainer cannot learn from — all its scored rewards equal,
+or none scored — does not count towards `max_ahead`: the trainer steps on B groups that
+have samples, so without the refill a batch with one all-failed group and a sampler
+waiting for that step wait for each other forever (seen in the laptop recipe: B=4, one of
+four groups all 0, no step in an hour).
+
 If the sampler restarts, batches it wrote before the crash are no longer counted in
 flight; their groups still finish and update the stats, and at most `max_in_flight` extra
 batches may be requested meanwhile.
@@ -60,6 +67,7 @@ class SamplerConfig:
     max_ahead: int = 2  # batches requested beyond the trainer's steps
     max_batches: int | None = None  # stop after this many batches (None: run on)
     initial_pass: bool = True  # unseen tasks get one group each before frontier selection
+    refill_unusable: bool = False  # groups the trainer cannot use do not count as ahead
     judge_version: str = "osworld-metrics-v1"  # rewards of other versions are ignored
     group_timeout_s: float = 3 * 3600.0  # a group missing rewards this long is closed as is
     seed: int = 0
@@ -96,6 +104,7 @@ class Sampler:
         self._run = uuid.uuid4().hex[:6]
         self.groups_finished = 0
         self.useful_groups = 0
+        self.unusable_groups = 0  # this run's finished groups with fewer than 2 distinct scores
         self.unscored = 0
 
     # -- tasks and restored state ------------------------------------------------------
@@ -149,6 +158,8 @@ class Sampler:
         self.groups_finished += 1
         if len(set(scores)) > 1:
             self.useful_groups += 1
+        elif group.batch is not None:
+            self.unusable_groups += 1
         if group.task_id not in self.pool:
             return []
         stats = self.pool.record_group(group.task_id, scores)
@@ -181,10 +192,10 @@ class Sampler:
         c = self.config
         if c.max_batches is not None and self.batches >= c.max_batches:
             return False
-        return (
-            len(self._unfinished) < c.max_in_flight
-            and self.batches - self.trainer_steps < c.max_ahead
-        )
+        ahead = self.batches - self.trainer_steps
+        if c.refill_unusable:  # in batches' worth of groups the trainer will step on
+            ahead -= self.unusable_groups / c.batch_tasks
+        return len(self._unfinished) < c.max_in_flight and ahead < c.max_ahead
 
     def _next_batch(self) -> list[Output]:
         """Choose B tasks (unseen ones first) and write n requests for each."""
@@ -239,6 +250,7 @@ class Sampler:
             "batches": self.batches,
             "groups_finished": self.groups_finished,
             "useful_groups": self.useful_groups,
+            "unusable_groups": self.unusable_groups,
             "unscored_rollouts": self.unscored,
             "in_flight_batches": len(self._unfinished),
             "policy_version": self.policy_version,

@@ -34,6 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--in-flight", type=int, default=2, help="unfinished batches at most (2)")
     p.add_argument("--ahead", type=int, default=2, help="batches beyond the trainer (2)")
     p.add_argument("--max-batches", type=int, default=None, help="stop requesting after N")
+    p.add_argument("--refill-unusable", action="store_true",
+                   help="groups with all rewards equal (or none scored) do not count as ahead: "
+                        "pair with the trainer's --skip-equal-groups")  # fmt: skip
     p.add_argument("--no-initial-pass", action="store_true",
                    help="do not give every unseen task one group first")  # fmt: skip
     p.add_argument("--judge-version", default="osworld-metrics-v1")
@@ -57,6 +60,7 @@ def sampler_config(args: argparse.Namespace):  # noqa: ANN201 - SamplerConfig
         frontier=frontier, batch_tasks=args.batch, group_size=args.n, max_steps=args.max_steps,
         max_in_flight=args.in_flight, max_ahead=args.ahead, max_batches=args.max_batches,
         initial_pass=not args.no_initial_pass, judge_version=args.judge_version, seed=args.seed,
+        refill_unusable=args.refill_unusable,
     )  # fmt: skip
 
 

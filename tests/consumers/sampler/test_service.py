@@ -133,3 +133,29 @@ async def test_sampler_feeds_the_pipeline_and_folds_rewards_into_task_stats(
         assert "bench" not in pool.unseen() and "held" not in pool and pool.unseen() == []
     await requests.close()
     await stats.close()
+
+
+async def test_refill_replaces_groups_the_trainer_cannot_use(bus_settings: BusSettings) -> None:
+    # One batch ahead at most; the trainer skips all-equal groups. A batch with an all-failed
+    # group would leave the trainer one group short and the sampler waiting for its step.
+    tasks = [_task(f"r{i}") for i in range(6)]
+    await publish_tasks(bus_settings, tasks)
+    config = SamplerConfig(
+        frontier=FrontierConfig(), batch_tasks=2, group_size=2, max_steps=3, max_in_flight=1,
+        max_ahead=1, refill_unusable=True, group_id="sampler-refill",
+    )  # fmt: skip
+    requests = Reader(bus_settings, "rollout-requests")
+    async with sampler_service(bus_settings, config) as runner:
+        task = asyncio.create_task(runner.run(install_signal_handlers=False))
+        first = await requests.until(lambda rs: len(rs) >= 4)
+        stuck, mixed = sorted({r.task_id for r in first})
+        await _judge(bus_settings, first, lambda r: float(r.task_id == mixed and r.sample_index))
+        # Half a batch of usable groups: the sampler asks for another batch, no step needed.
+        second = await requests.until(lambda rs: len(rs) >= 8)
+        await _judge(bus_settings, second[4:], lambda r: float(r.sample_index))
+        await asyncio.sleep(1.0)
+        assert len(requests.records) == 8, "three usable groups are a batch and a half ahead"
+        assert runner.processor.summary()["unusable_groups"] == 1
+        runner.stop()
+        await asyncio.wait_for(task, 30)
+    await requests.close()
