@@ -454,8 +454,22 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _few_malloc_arenas() -> None:
+    """Re-run this process with MALLOC_ARENA_MAX=2 unless it is set.
+
+    Generation, training and evaluation run in worker threads, and glibc gives each thread
+    its own heap arena that keeps the freed memory of large tensors: a run reached 21 GB
+    RSS (of 24) before its first RL step, and ~10 GB with two arenas, at no measurable
+    speed cost. glibc reads the variable at start-up, hence the re-exec.
+    """
+    if os.environ.get("MALLOC_ARENA_MAX") is None and sys.platform.startswith("linux"):
+        env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
+        os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
 def main() -> int:
     """Parse arguments, run, print a table and write the JSON."""
+    _few_malloc_arenas()
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="RL wall clock (default 60)")
     p.add_argument("--ablation", choices=("uniform", "stepwise"), default=None)

@@ -116,13 +116,21 @@ def _showing(node):
         return False
 
 
-def _showing_cells(table_node):
-    """Yield the cells of a huge table that are on screen, scanning rows then columns."""
+def _table(table_node):
+    """The node's table interface and its size, or None when it has none."""
     try:
         table = table_node.queryTable()
-        rows, cols = table.nRows, table.nColumns
+        return table, table.nRows, table.nColumns
     except Exception:
+        return None
+
+
+def _showing_cells(table_node):
+    """Yield the cells of a huge table that are on screen, scanning rows then columns."""
+    found = _table(table_node)
+    if found is None:
         return
+    table, rows, cols = found
     first_col = None
     for r in range(rows):
         any_showing = False
@@ -141,11 +149,10 @@ def _showing_cells(table_node):
 
 def _used_cells(table_node):
     """Yield the cells of a huge table's used block (from its first showing cell) and margin."""
-    try:
-        table = table_node.queryTable()
-        rows, cols = table.nRows, table.nColumns
-    except Exception:
+    found = _table(table_node)
+    if found is None:
         return
+    table, rows, cols = found
     start = _first_showing(table_node, table, rows, cols)
     if start is None:
         return
