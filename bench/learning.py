@@ -86,19 +86,15 @@ class _Phase:
 
 @contextlib.asynccontextmanager
 async def _phase() -> AsyncIterator[_Phase]:
-    from runtime.broker import EmbeddedBroker, free_port
+    from runtime.broker import private_log
 
-    broker = EmbeddedBroker(free_port())
-    await broker.start()
-    phase = _Phase()
-    # Long polls: hops are seconds apart here, and 25 ms polls kept the embedded broker at
-    # 17-44% of a core that the policy and the desktops need.
-    phase.settings = BusSettings(bootstrap=broker.bootstrap, fetch_max_wait_ms=250)
-    try:
-        yield phase
-    finally:
-        await phase.stop_all()
-        broker.stop()
+    async with private_log() as settings:
+        phase = _Phase()
+        phase.settings = settings
+        try:
+            yield phase
+        finally:
+            await phase.stop_all()
 
 
 class _Progress:

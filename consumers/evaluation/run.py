@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from consumers.evaluation.stats import Outcome
@@ -42,20 +42,6 @@ class EvalConfig:
     timeout_s: float = 3600.0
 
 
-@contextlib.asynccontextmanager
-async def _log() -> AsyncIterator[BusSettings]:
-    from runtime.broker import EmbeddedBroker, free_port
-
-    broker = EmbeddedBroker(free_port())
-    await broker.start()
-    try:
-        # Long polls: an evaluation's hops are seconds apart, and 25 ms polls kept the
-        # embedded broker at 17-44% of a core that the policy and the desktops need.
-        yield BusSettings(bootstrap=broker.bootstrap, fetch_max_wait_ms=250)
-    finally:
-        broker.stop()
-
-
 async def _publish(settings: BusSettings, events: list[TaskEvent]) -> int:
     from producers.task_import import publish_tasks
 
@@ -76,6 +62,7 @@ async def evaluate_policy(
     from consumers.rollout.service import RolloutConfig, rollout_service
     from producers.rollout_requests import publish_requests
     from runtime.blobstore import open_blob_store
+    from runtime.broker import private_log
     from runtime.engines.base import SamplingParams
     from runtime.service import ServiceRunner
 
@@ -101,7 +88,7 @@ async def evaluate_policy(
         episode=EpisodeConfig(observe=observe, image_max_side=config.image_max_side),
     )  # fmt: skip
     judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, f"eval-judge-{tag}")
-    async with _log() as settings:
+    async with private_log() as settings:
         published = await _publish(settings, events)
         say(f"{published} tasks on a log of its own, policy "
             f"{config.policy} greedy on {config.desktops} desktops, observing {observe}")  # fmt: skip

@@ -297,7 +297,7 @@ def build_player(
     from runtime.policy.processor import load_processor
 
     if prompt_variant is None:
-        card = _card(tokenizer if policy == "scripted" else policy)
+        card = _card(policy, tokenizer)
         prompt_variant = (card.prompt_variant if card else None) or "osworld"
     if policy == "scripted":
         processor = None if tokenizer == "none" else load_processor(resolve_policy(tokenizer))
@@ -337,20 +337,21 @@ def build_player(
     )
 
 
-def _card(spec: str) -> Any:
-    """The card of a policy spec's folder, if it has one ("none" and scripted have none)."""
+def _card(policy: str, tokenizer: str = "none") -> Any:
+    """The card of a policy's folder (a scripted policy's: its tokenizer's), if it has one."""
     from runtime.policy.card import read_card
     from runtime.policy.model import resolve_policy
 
+    spec = tokenizer if policy == "scripted" else policy
     if spec in ("none", "scripted"):
         return None
     return read_card(resolve_policy(spec))
 
 
-def default_observe(policy: str, player: Player) -> str:
+def default_observe(policy: str, player: Player, tokenizer: str = "none") -> str:
     """What a policy observes unless told: its card's mode, else a11y text for a text-only
     policy and the screenshot for a vision-language one."""
-    card = _card(policy)
+    card = _card(policy, tokenizer)
     if card is not None and card.observe:
         return str(card.observe)
     text_only = player.processor is not None and not player.processor.is_multimodal

@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from runtime.policy.prompts import VARIANTS
+
 __all__ = ["register", "rollout_setup"]
 
 
@@ -50,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "full (Visual Context Segmentation; paper: 5 5; 0 0 keeps every observation)",
     )  # fmt: skip
     p.add_argument(
-        "--prompt", default=None, choices=("osworld", "scienceboard", "compact"),
+        "--prompt", default=None, choices=VARIANTS,
         help="system prompt variant (default: the policy card's, else osworld)",
     )  # fmt: skip
     p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
@@ -128,9 +130,7 @@ def rollout_setup(args: argparse.Namespace) -> tuple[Any, Any]:
         prompt_variant=args.prompt, sampling=sampling, generate_timeout_s=args.generate_timeout,
         context_window=tuple(args.context) if args.context[0] > 0 else None,
     )  # fmt: skip
-    observe = args.observe or default_observe(
-        args.tokenizer if args.policy == "scripted" else args.policy, player
-    )
+    observe = args.observe or default_observe(args.policy, player, args.tokenizer)
     config = RolloutConfig(
         desktops=args.desktops, reload=args.reload, group_id=args.group,
         episode=EpisodeConfig(observe=observe, image_max_side=args.image_max_side),
