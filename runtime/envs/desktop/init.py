@@ -10,9 +10,11 @@ status; the kernel then kills whatever is left in the namespace.
 The view: `/home/user` is a bind mount of the desktop's home folder (under a tmpfs
 `/home`); `/tmp`, `/var/tmp`, `/dev/shm` and `/run/lock` (the host's world-writable
 folders) are private tmpfs, so X sockets, LibreOffice's pipe and anything else left there
-is this desktop's alone; every desktop's state folder is covered; and a folder that
-others may not enter but the interpreter lives under (`/root` with pyenv) is replaced by
-an empty tmpfs holding only the interpreter's prefix, read-only.
+is this desktop's alone; every desktop's state folder is covered; and what the server
+needs to run (the interpreter's prefixes and the source tree this file belongs to) stays
+visible, read-only: bound back into the private scratch folder it lives under (a clone and
+venv in /tmp), or, under a folder others may not enter (`/root` with pyenv), behind an
+empty tmpfs that holds only those folders.
 
 The server's user namespace maps uids and gids 0..count-1 inside onto the host block
 [uid, uid + count) leased by the host: the agent is root inside, and an unprivileged,
@@ -62,20 +64,39 @@ def _closed_ancestor(path: str) -> str | None:
     return None
 
 
-def _interpreter_prefixes() -> list[str]:
-    """The folders the server's Python needs (venv, base install, the binary's real home)."""
+def _server_folders() -> list[str]:
+    """The folders the server needs: the interpreter's (venv, base install, the binary's real
+    home) and the source tree holding this package, without any that another contains."""
     real_home = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
-    return sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, real_home)})
+    source = os.path.realpath(__file__).rsplit("/", 4)[0]  # <source>/runtime/envs/desktop/init.py
+    folders = sorted(
+        {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, real_home, source)}
+    )
+    return [f for f in folders if not any(f.startswith(o + "/") for o in folders if o != f)]
+
+
+def _scratch_of(path: str) -> str | None:
+    """The shared scratch folder (/tmp...) that `path` lies under, if any."""
+    return next((s for s in _SHARED_SCRATCH if path.startswith(s + "/")), None)
+
+
+def _bind_readonly(path: str, fd: int) -> None:
+    """Mount the folder open as `fd` at `path` (made if missing), read-only."""
+    _makedirs(path)
+    _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
+    _mount("none", path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
+    os.close(fd)
 
 
 def _isolate(home: str, hide: str, uid: int) -> None:
     # Open what is bound later before anything is covered: the sources may be covered.
     home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-    exposed = {}
-    for prefix in _interpreter_prefixes():
-        closed = _closed_ancestor(prefix)
-        if closed:
-            exposed.setdefault(closed, []).append((prefix, os.open(prefix, os.O_PATH)))
+    in_scratch, exposed = [], {}
+    for folder in _server_folders():
+        if _scratch_of(folder):  # covered by the private scratch tmpfs: bound back into it
+            in_scratch.append((folder, os.open(folder, os.O_PATH)))
+        elif closed := _closed_ancestor(folder):
+            exposed.setdefault(closed, []).append((folder, os.open(folder, os.O_PATH)))
     owned = f"uid={uid},gid={uid}"  # root inside owns its scratch folders
     _mount("tmpfs", "/home", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0755,{owned}")
     os.mkdir("/home/user", 0o755)
@@ -84,18 +105,17 @@ def _isolate(home: str, hide: str, uid: int) -> None:
     for scratch in _SHARED_SCRATCH:
         if os.path.isdir(scratch):
             _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,{owned}")
-    # Cover every desktop's state folder (unless it was under /tmp, covered already); the
-    # server keeps its run folder in here.
-    if hide and os.path.isdir(hide):
-        _mount("tmpfs", hide, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0700,{owned}")
+    for folder, fd in in_scratch:
+        _bind_readonly(folder, fd)
     for closed, prefixes in exposed.items():
         # Traversable, not listable: /root reads as empty and closed, the interpreter runs.
         _mount("tmpfs", closed, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711")
-        for prefix, fd in prefixes:
-            _makedirs(prefix)
-            _mount(f"/proc/self/fd/{fd}", prefix, None, _MS_BIND | _MS_REC, None)
-            _mount("none", prefix, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY, None)
-            os.close(fd)
+        for folder, fd in prefixes:
+            _bind_readonly(folder, fd)
+    # Cover every desktop's state folder last, so that no folder bound back above uncovers
+    # it (unless it was under /tmp, covered already); the server keeps its run folder here.
+    if hide and os.path.isdir(hide):
+        _mount("tmpfs", hide, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0700,{owned}")
 
 
 def _makedirs(path: str) -> None:

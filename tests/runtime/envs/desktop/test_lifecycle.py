@@ -6,14 +6,19 @@ import asyncio
 import fcntl
 import json
 import os
+import shutil
 import signal
+import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+import runtime
 from runtime.envs.desktop.lifecycle import Desktop
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.errors import DesktopError
@@ -178,6 +183,51 @@ async def test_desktops_die_with_their_owner(tmp_path: Path) -> None:
             break
         await asyncio.sleep(0.1)
     assert _processes_of(desktop_id) == []
+
+
+def _clone_under_tmp() -> Path:
+    """A copy of the `runtime` package and a venv that borrows this one's packages, in /tmp."""
+    clone = Path(tempfile.mkdtemp(prefix="scalecua-clone-", dir="/tmp"))
+    shutil.copytree(Path(runtime.__file__).parent, clone / "src" / "runtime",
+                    ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / "venv")], check=True)
+    python = clone / "venv" / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
+                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return clone
+
+
+async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path) -> None:
+    # Every desktop mounts a private /tmp; a project cloned there, with its venv, must still
+    # reach the server (a clone in /tmp once failed with a bare "No such file or directory").
+    clone = await asyncio.to_thread(_clone_under_tmp)
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "import runtime\n"
+        "from runtime.envs.desktop.lifecycle import Desktop\n"
+        "async def main():\n"
+        f"    async with Desktop.started(root=Path({str(tmp_path)!r})) as d:\n"
+        "        async with d.controller() as c:\n"
+        "            out = await c.execute(['touch', runtime.__file__])\n"
+        "            print(runtime.__file__, sys.prefix, out['returncode'], flush=True)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(clone / "src")}
+    env.pop("VIRTUAL_ENV", None)
+    try:
+        done = await asyncio.create_subprocess_exec(
+            str(clone / "venv" / "bin" / "python"), "-c", script, env=env, cwd=str(clone),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(done.communicate(), 120)
+        assert done.returncode == 0, err.decode()[-2000:]
+        source, prefix, touched = out.decode().split()
+        assert source.startswith(str(clone / "src")) and prefix == str(clone / "venv")
+        assert touched != "0"  # the clone is bound back read-only: the agent cannot change it
+    finally:
+        shutil.rmtree(clone, ignore_errors=True)
 
 
 def _cgroup_dir(pid: int, controller: str) -> Path:
