@@ -59,8 +59,8 @@ def _say(msg: str) -> None:
 class _Phase:
     """An embedded broker and the service runners started on it; stops them all on exit."""
 
-    def __init__(self) -> None:
-        self.settings: BusSettings | None = None
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
         self._runners: list[tuple[Any, asyncio.Task]] = []
 
     def start(self, runner: Any) -> Any:
@@ -89,8 +89,7 @@ async def _phase() -> AsyncIterator[_Phase]:
     from runtime.broker import private_log
 
     async with private_log() as settings:
-        phase = _Phase()
-        phase.settings = settings
+        phase = _Phase(settings)
         try:
             yield phase
         finally:

@@ -75,9 +75,9 @@ def _server_folders() -> list[str]:
     return [f for f in folders if not any(f.startswith(o + "/") for o in folders if o != f)]
 
 
-def _scratch_of(path: str) -> str | None:
-    """The shared scratch folder (/tmp...) that `path` lies under, if any."""
-    return next((s for s in _SHARED_SCRATCH if path.startswith(s + "/")), None)
+def _under_scratch(path: str) -> bool:
+    """Whether `path` lies under a shared scratch folder (/tmp...), which a desktop covers."""
+    return any(path.startswith(s + "/") for s in _SHARED_SCRATCH)
 
 
 def _bind_readonly(path: str, fd: int) -> None:
@@ -93,7 +93,7 @@ def _isolate(home: str, hide: str, uid: int) -> None:
     home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
     in_scratch, exposed = [], {}
     for folder in _server_folders():
-        if _scratch_of(folder):  # covered by the private scratch tmpfs: bound back into it
+        if _under_scratch(folder):  # covered by the private scratch tmpfs: bound back into it
             in_scratch.append((folder, os.open(folder, os.O_PATH)))
         elif closed := _closed_ancestor(folder):
             exposed.setdefault(closed, []).append((folder, os.open(folder, os.O_PATH)))

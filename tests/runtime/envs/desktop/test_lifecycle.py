@@ -210,8 +210,9 @@ async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path) -> None
         "async def main():\n"
         f"    async with Desktop.started(root=Path({str(tmp_path)!r})) as d:\n"
         "        async with d.controller() as c:\n"
-        "            out = await c.execute(['touch', runtime.__file__])\n"
-        "            print(runtime.__file__, sys.prefix, out['returncode'], flush=True)\n"
+        "            src = str(Path(runtime.__file__).parent.parent)\n"
+        "            out = await c.execute(['findmnt', '-no', 'OPTIONS', '--target', src])\n"
+        "            print(runtime.__file__, sys.prefix, out['output'].split(',')[0], flush=True)\n"
         "asyncio.run(main())\n"
     )
     env = {**os.environ, "PYTHONPATH": str(clone / "src")}
@@ -223,9 +224,9 @@ async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path) -> None
         )  # fmt: skip
         out, err = await asyncio.wait_for(done.communicate(), 120)
         assert done.returncode == 0, err.decode()[-2000:]
-        source, prefix, touched = out.decode().split()
+        source, prefix, mode = out.decode().split()
         assert source.startswith(str(clone / "src")) and prefix == str(clone / "venv")
-        assert touched != "0"  # the clone is bound back read-only: the agent cannot change it
+        assert mode == "ro"  # the clone is bound back read-only inside the desktop
     finally:
         shutil.rmtree(clone, ignore_errors=True)
 
