@@ -23,7 +23,7 @@ of its own (so no episode of one phase can reach another's segmenter or trainer)
 
     python bench/learning.py --minutes 60 --json out.json
     python bench/learning.py --minutes 60 --ablation uniform --warm-start var/learning/warm/policy
-    python bench/learning.py --quick          # every stage once, as small as it goes
+    python bench/learning.py --quick          # every stage once (RL to its first GRPO step)
 """
 
 from __future__ import annotations
@@ -209,7 +209,8 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
         phase.start(ServiceRunner(segmenter, settings, metrics_interval_s=600))
         sft = TrainerConfig(
             policy=str(base), checkpoints=str(out / "checkpoints"), batch_groups=args.warm_batch,
-            max_steps=args.warm_steps, plan=PlanConfig(objective="sft", sft_threshold=1.0),
+            max_steps=args.warm_steps, micro_batch_tokens=args.micro_batch_tokens,
+            plan=PlanConfig(objective="sft", sft_threshold=1.0),
             grpo=GRPOConfig(kl_coef=0.0),
         )  # fmt: skip
         async with trainer_service(settings, sft, blobs=blobs, metrics_interval_s=600,
@@ -325,8 +326,10 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
         follower = asyncio.create_task(progress.run())
         rl = TrainerConfig(
             policy=_real(warm), checkpoints=str(out / "checkpoints"),
-            batch_groups=args.batch,
-            plan=PlanConfig(objective="grpo", max_lag=args.max_lag, skip_equal_groups=True),
+            batch_groups=args.batch, micro_batch_tokens=args.micro_batch_tokens,
+            # --quick trains its one group even if all-equal: the step is what it checks
+            plan=PlanConfig(objective="grpo", max_lag=args.max_lag,
+                            skip_equal_groups=not args.quick),
             grpo=GRPOConfig(kl_coef=args.kl_coef),
         )  # fmt: skip
         sampler_cfg = SamplerConfig(
@@ -343,7 +346,7 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
                 cfg = RolloutConfig(desktops=args.desktops, episode=EpisodeConfig(observe=OBSERVE))
                 async with rollout_service(settings, cfg, player, blobs) as worker:
                     phase.start(worker)
-                    await asyncio.sleep(args.minutes * 60)
+                    await _rl_clock(trainer.processor, args)
                     await phase.stop(sampler)
                     await phase.stop(worker)
             await phase.stop(trainer)
@@ -361,6 +364,15 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
         "checkpoints": progress.checkpoints,
         "trainer": {k: v for k, v in stats.items() if isinstance(v, int | float)},
     }
+
+
+async def _rl_clock(trainer: Any, args: argparse.Namespace) -> None:
+    """Wait out RL: `--minutes` of wall clock; with --quick, the first GRPO step (at most that)."""
+    deadline = time.monotonic() + args.minutes * 60
+    while time.monotonic() < deadline:
+        if args.quick and trainer.steps >= 1:
+            return
+        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
 
 def _curve_checkpoints(run: dict[str, Any], points: int) -> list[tuple[float, str]]:
@@ -493,6 +505,11 @@ def main() -> int:
     p.add_argument("--max-batch", type=int, default=16, help="generation batch (engine)")
     p.add_argument("--context", type=int, nargs=2, default=(5, 5), metavar=("K", "DELTA"))
     p.add_argument("--curve-points", type=int, default=2, help="held-out evals along RL")
+    # Peak memory of one SmolLM2-135M forward+backward, no checkpointing: 5.5 GB at 4 x 512
+    # tokens, 17.3 GB at 4 x 2,048 (the trainer's default 8,192), which OOM-killed a run
+    # beside the engine and the desktops; it is also slower per token (83 vs 130 tokens/s).
+    p.add_argument("--micro-batch-tokens", type=int, default=2048,
+                   help="padded tokens per trainer forward pass")  # fmt: skip
     p.add_argument("--checkpointing", action="store_true", help="gradient checkpointing")
     p.add_argument("--seed", type=int, default=0, help="the sampler's seed")
     args = p.parse_args()
@@ -502,7 +519,8 @@ def main() -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.quick:  # every stage once, as small as it goes: not a measurement of learning
-        args.minutes, args.warm_n, args.rl_n, args.heldout_n = min(args.minutes, 0.3), 2, 2, 2
+        # RL stops at its first GRPO step; --minutes is only its bound
+        args.minutes, args.warm_n, args.rl_n, args.heldout_n = min(args.minutes, 3.0), 2, 2, 2
         args.warm_steps, args.warm_batch, args.batch, args.n = 1, 2, 1, 2
         args.desktops = args.eval_desktops = 2
         args.max_steps, args.max_tokens, args.curve_points = 2, 48, 0

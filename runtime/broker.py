@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runtime.errors import BrokerError, BrokerTimeout, ConfigError
+from runtime.isolation.lifetime import die_with_parent
 
 if TYPE_CHECKING:
     from runtime.config import BusSettings
@@ -174,8 +175,9 @@ class EmbeddedBroker:
         out = open(self._log_file, "ab") if self._log_file else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         self._proc = subprocess.Popen(
-            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+            cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+            preexec_fn=die_with_parent,  # a parent killed by the OOM killer leaves no broker
+        )  # fmt: skip
 
     async def start(
         self, *, create: bool = True, record_run: bool = True, timeout_s: float = 15.0

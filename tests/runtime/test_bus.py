@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -97,3 +99,37 @@ async def test_a_failed_flush_on_shutdown_does_not_hide_the_cause(tmp_path: Path
                 raise ValueError("the real cause")
     finally:
         broker.stop()
+
+
+async def test_an_embedded_broker_dies_with_a_parent_killed_by_sigkill() -> None:
+    # A bench killed by the OOM killer runs no clean-up; its broker once stayed behind.
+    script = (
+        "import asyncio\n"
+        "from runtime.broker import EmbeddedBroker\n"
+        "async def main():\n"
+        "    broker = await EmbeddedBroker().start()\n"
+        "    print(broker.pid, flush=True)\n"
+        "    await asyncio.sleep(3600)\n"
+        "asyncio.run(main())\n"
+    )
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
+    )
+    broker_pid = int(await asyncio.wait_for(parent.stdout.readline(), 60))
+    assert _alive(broker_pid)
+    parent.kill()
+    await parent.wait()
+    for _ in range(100):
+        if not _alive(broker_pid):
+            break
+        await asyncio.sleep(0.1)
+    assert not _alive(broker_pid)
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited and not yet reaped, does not count)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

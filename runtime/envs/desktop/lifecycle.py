@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -41,6 +40,7 @@ from runtime.envs.desktop.controller import DesktopController
 from runtime.errors import DesktopError
 from runtime.isolation.cgroup import Cgroup, CgroupError
 from runtime.isolation.ids import DESKTOP_UIDS, IdLease, lease_ids
+from runtime.isolation.lifetime import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +53,15 @@ DEFAULT_MEMORY_BYTES = int(os.environ.get("SCALECUA_DESKTOP_MEMORY_MB", "2048"))
 DEFAULT_PIDS = int(os.environ.get("SCALECUA_DESKTOP_PIDS", "512"))
 ID_COUNT = 65536  # ids per desktop: a user namespace's worth, as rootless containers take
 _INIT = Path(__file__).with_name("init.py")
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    # Runs in the forked child before exec: `unshare` gets SIGKILL when its parent dies.
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+# The server imports `runtime` from the folder this process did, even when that folder was
+# only on this process's path through its working directory: the folder goes first on the
+# server's own path (not into its environment, which the desktop's apps inherit), and -P
+# keeps its working directory, /home/user, which the agent writes, off the path.
+_SOURCE = Path(__file__).resolve().parents[3]
+_SERVER = (
+    "import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+    "runpy.run_module('runtime.envs.desktop.server', run_name='__main__', alter_sys=True)"
+)
 
 
 class Desktop:
@@ -217,7 +220,7 @@ async def _launch(
         "--kill-child=SIGKILL",
         sys.executable, str(_INIT), "--home", str(home), "--hide", str(root),
         "--uid", str(uid), "--count", str(ID_COUNT), "--",
-        sys.executable, "-m", "runtime.envs.desktop.server", "--id", state_dir.name,
+        sys.executable, "-P", "-c", _SERVER, str(_SOURCE), "--id", state_dir.name,
         "--run-dir", str(state_dir / "run"), "--width", str(width), "--height", str(height),
     ]  # fmt: skip
     log_path = state_dir / "desktop.log"
@@ -226,7 +229,7 @@ async def _launch(
     def in_cgroup() -> None:
         # Runs in the forked child before exec: `unshare` dies with its parent, and it and
         # everything it starts are charged to the desktop's cgroup from the first fork on.
-        _die_with_parent()
+        die_with_parent()
         cgroup.add(os.getpid())
 
     with open(log_path, "ab") as log_file:  # noqa: ASYNC230 - a local file, opened once

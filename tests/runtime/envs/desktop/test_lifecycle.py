@@ -198,9 +198,12 @@ def _clone_under_tmp() -> Path:
     return clone
 
 
-async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path) -> None:
+@pytest.mark.parametrize("found_by", ["PYTHONPATH", "working directory"])
+async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path, found_by: str) -> None:
     # Every desktop mounts a private /tmp; a project cloned there, with its venv, must still
-    # reach the server (a clone in /tmp once failed with a bare "No such file or directory").
+    # reach the server (a clone in /tmp once failed with a bare "No such file or directory"),
+    # also when the parent found `runtime` only through its working directory (the server
+    # runs in /home/user: it once failed with "No module named runtime").
     clone = await asyncio.to_thread(_clone_under_tmp)
     script = (
         "import asyncio, sys\n"
@@ -215,11 +218,13 @@ async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path) -> None
         "            print(runtime.__file__, sys.prefix, out['output'].split(',')[0], flush=True)\n"
         "asyncio.run(main())\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(clone / "src")}
-    env.pop("VIRTUAL_ENV", None)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    cwd = clone / "src" if found_by == "working directory" else clone
+    if found_by == "PYTHONPATH":
+        env["PYTHONPATH"] = str(clone / "src")
     try:
         done = await asyncio.create_subprocess_exec(
-            str(clone / "venv" / "bin" / "python"), "-c", script, env=env, cwd=str(clone),
+            str(clone / "venv" / "bin" / "python"), "-c", script, env=env, cwd=str(cwd),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(done.communicate(), 120)

@@ -1,0 +1,24 @@
+"""A child process that cannot outlive the process that started it.
+
+A parent killed with SIGKILL (the OOM killer, `kill -9`) runs no clean-up, so children it
+started in their own session (desktops, the embedded broker) would keep running: an
+interrupted bench once left a broker behind. The kernel's parent-death signal ends them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+
+__all__ = ["die_with_parent"]
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Have the kernel SIGKILL this process when its parent dies (call in a child before exec).
+
+    The kernel watches the thread that forked, so start such children from a thread that
+    lives as long as they should (the event loop's).
+    """
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
