@@ -13,6 +13,9 @@ import signal
 __all__ = ["die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
+# Looked up once, in the parent: a child forked from a threaded process calls it before
+# exec, where a symbol lookup (the dynamic loader's lock) is best avoided.
+_prctl = ctypes.CDLL(None).prctl
 
 
 def die_with_parent() -> None:
@@ -21,4 +24,4 @@ def die_with_parent() -> None:
     The kernel watches the thread that forked, so start such children from a thread that
     lives as long as they should (the event loop's).
     """
-    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
