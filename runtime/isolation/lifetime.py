@@ -10,7 +10,7 @@ from __future__ import annotations
 import ctypes
 import signal
 
-__all__ = ["die_with_parent"]
+__all__ = ["alive", "die_with_parent"]
 
 _PR_SET_PDEATHSIG = 1
 # Looked up once, in the parent: a child forked from a threaded process calls it before
@@ -25,3 +25,13 @@ def die_with_parent() -> None:
     lives as long as they should (the event loop's).
     """
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie, exited and not yet reaped, does not count)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"

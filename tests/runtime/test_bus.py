@@ -14,6 +14,7 @@ from runtime.broker import EmbeddedBroker, free_port, wait_until_ready
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, SchemaError
+from runtime.isolation.lifetime import alive
 from topics.events import Reward, RolloutStep
 
 
@@ -116,20 +117,11 @@ async def test_an_embedded_broker_dies_with_a_parent_killed_by_sigkill() -> None
         sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE
     )
     broker_pid = int(await asyncio.wait_for(parent.stdout.readline(), 60))
-    assert _alive(broker_pid)
+    assert alive(broker_pid)
     parent.kill()
     await parent.wait()
     for _ in range(100):
-        if not _alive(broker_pid):
+        if not alive(broker_pid):
             break
         await asyncio.sleep(0.1)
-    assert not _alive(broker_pid)
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` runs (a zombie, exited and not yet reaped, does not count)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    assert not alive(broker_pid)

@@ -26,6 +26,7 @@ from Xlib import X, display
 
 from runtime.envs.desktop.wrappers import write_wrappers
 from runtime.errors import DesktopError
+from runtime.isolation.lifetime import alive
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class DesktopSession:
             except ProcessLookupError:
                 pass
         deadline = time.monotonic() + 3.0
-        while time.monotonic() < deadline and any(_alive(pid) for pid in victims):
+        while time.monotonic() < deadline and any(alive(pid) for pid in victims):
             time.sleep(0.01)
         return len(victims)
 
@@ -304,12 +305,3 @@ def _descends_from(pid: int, roots: set[int], parents: dict[int, int]) -> bool:
             return True
         seen += 1
     return False
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2 :][:1] != b"Z"
