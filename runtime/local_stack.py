@@ -297,10 +297,18 @@ async def run_up(config: UpConfig) -> int:
             tasks["progress"] = asyncio.create_task(progress.run())
             _say(f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
             outcome = await _wait(tasks, stop)
-            # Stop in order: producers of work first, the archiver last (it drains the rest).
-            for name in ("sampler", "rollout", "segmenter", "judge", "trainer"):
-                runners[name].stop()
-                await _join(tasks, name)
+            # Stop in order: producers of work first, the archiver last. After the trainer's
+            # last step, the judge, the segmenter and the archiver first finish what the
+            # stages before them wrote, so the archive holds a reward and segments for every
+            # trajectory that completed. After Ctrl-C they stop at once: what they hold stays
+            # uncommitted and a resumed run re-reads it.
+            for stage in (("sampler",), ("rollout",), ("judge", "segmenter"), ("trainer",),
+                          ("archiver",)):  # fmt: skip
+                if outcome == "done" and stage[0] in ("judge", "archiver"):
+                    await asyncio.gather(*(_drain(runners[name], name) for name in stage))
+                for name in stage:
+                    runners[name].stop()
+                    await _join(tasks, name)
     finally:
         for name in list(tasks):
             if name in runners:
@@ -360,6 +368,11 @@ async def _wait(tasks: dict[str, asyncio.Task], stop: asyncio.Event) -> str:
             error = task.exception() if not task.cancelled() else None
             _say(f"the {name} service stopped unexpectedly: {error!r}")
     return "failed"
+
+
+async def _drain(runner: ServiceRunner, name: str, timeout_s: float = 60.0) -> None:
+    if not await runner.drain(timeout_s):
+        _say(f"{name} did not finish its backlog within {timeout_s:.0f}s; stopping it anyway")
 
 
 async def _join(tasks: dict[str, asyncio.Task], name: str, timeout_s: float = 60.0) -> None:

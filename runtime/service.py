@@ -237,6 +237,9 @@ class ServiceRunner:
         self._stateful = isinstance(processor, StatefulProcessor)
         self._dedup = bool(getattr(processor, "dedup", False))
         self.ready = asyncio.Event()  # set once partitions are first assigned
+        self._running = False  # between the consumer's start and the end of the loop
+        self._drain_from_ms: int | None = None  # set by drain(); wall clock, as fetches are
+        self._drained = asyncio.Event()
         from runtime.metrics_http import ServiceMetricsExporter
 
         self.exporter = ServiceMetricsExporter(self.processor.name, self.metrics_snapshot)
@@ -245,6 +248,27 @@ class ServiceRunner:
     def stop(self) -> None:
         """Ask the runner to finish the current batch, flush, commit and exit."""
         self._stop.set()
+
+    async def drain(self, timeout_s: float = 60.0) -> bool:
+        """Wait until what its partitions held when called is processed and sent; False if not.
+
+        Call it once upstream producers have stopped: the runner keeps consuming until a fetch
+        answered after this call shows no record left, so a stop after it leaves no work
+        behind. False when the runner is not running or the timeout passes first.
+        """
+        if not self._running:
+            return False
+        self._drained.clear()
+        self._drain_from_ms = int(1000 * time.time())
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not self._drained.is_set():
+                if not self._running or time.monotonic() > deadline:
+                    return False
+                await asyncio.sleep(0.05)
+            return True
+        finally:
+            self._drain_from_ms = None
 
     async def run(self, *, install_signal_handlers: bool = True) -> None:
         """Consume until stop() or SIGTERM/SIGINT, then shut down gracefully.
@@ -270,7 +294,9 @@ class ServiceRunner:
         try:
             self.consumer.raw.subscribe(list(self.processor.topics), listener=_Rebalance(self))
             await self.consumer.start()
+            self._running = True
             await self._loop()
+            self._running = False
             await self._shutdown()
             clean = True
         except ServiceHalted:
@@ -278,6 +304,7 @@ class ServiceRunner:
             self.log_metrics()
             raise
         finally:
+            self._running = False
             if install_signal_handlers:
                 for sig in (signal.SIGTERM, signal.SIGINT):
                     loop.remove_signal_handler(sig)
@@ -312,6 +339,8 @@ class ServiceRunner:
                 await self._retrying("send", self._flush_once)
                 if time.monotonic() - self._last_commit >= self.commit_interval_s:
                     await self._commit()
+                if self._drain_from_ms is not None and await self._caught_up(self._drain_from_ms):
+                    self._drained.set()
                 if time.monotonic() - last_metrics >= self.metrics_interval_s:
                     last_metrics = time.monotonic()
                     self.log_metrics()
@@ -335,6 +364,22 @@ class ServiceRunner:
             log.error("%s: %s", self.processor.name, exc)
         await self._commit()
         self.log_metrics()
+
+    async def _caught_up(self, since_ms: int) -> bool:
+        """True when fetches answered after `since_ms` show every record handled and sent."""
+        if self._sends:
+            return False
+        raw = self.consumer.raw
+        # A fetch answered just before an upstream's last write can be read just after
+        # drain() began: only answers a few fetch waits later count as current.
+        fresh = since_ms + 10 * self.settings.fetch_max_wait_ms + 100
+        for tp in raw.assignment():
+            polled, high = raw.last_poll_timestamp(tp), raw.highwater(tp)
+            if polled is None or polled < fresh or high is None:
+                return False
+            if await raw.position(tp) < high:
+                return False
+        return True
 
     def lag(self) -> int:
         """Return how many records of the assigned partitions are not yet processed."""

@@ -72,6 +72,7 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     assert int(seen["version"]) >= 1 and seen["tasks_rows"] >= 1 and not seen["errors"], seen
     iterations = [line for line in stderr if "] iteration " in line]
     assert len(iterations) == 3, log[-4000:]
+    assert "did not finish its backlog" not in log, log[-4000:]
 
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["outcome"] == "done" and len(summary["iterations"]) == 3, summary
@@ -94,8 +95,10 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     assert completes and all(steps[c["trajectory_id"]] == c["num_steps"] for c in completes)
     rewards = tables["reward"]
     assert len(rewards) >= 3 * 2 and all(r["scored"] for r in rewards)
+    # The judge and the segmenter finished what the rollouts wrote before the stack stopped.
     segmented = {s["trajectory_id"] for s in tables["segment-ready"]}
     assert {c["trajectory_id"] for c in completes} <= segmented
+    assert {c["trajectory_id"] for c in completes} <= {r["trajectory_id"] for r in rewards}
     assert {s["task_id"] for s in tables["task-stats"]} == set(TASKS)
     versions = sorted(u["policy_version"] for u in tables["policy-updates"])
     assert versions[-3:] == [1, 2, 3]

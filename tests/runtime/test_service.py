@@ -144,6 +144,38 @@ async def test_graceful_stop_is_prompt(bus_settings: BusSettings) -> None:
     assert time.monotonic() - started < 15
 
 
+class SlowScoreToStats(ScoreToStats):
+    """Takes a while per record, so a backlog outlasts a prompt stop."""
+
+    name = "slow-score-to-stats"
+
+    async def process(self, record: Record) -> list[Output]:
+        await asyncio.sleep(0.05)
+        return await super().process(record)
+
+    def wants(self) -> int:
+        return 4  # small polls: the backlog spans many of the runner's loops
+
+
+async def test_drain_finishes_a_backlog_written_just_before_it(bus_settings: BusSettings) -> None:
+    runner = ServiceRunner(SlowScoreToStats(), bus_settings)
+    assert not await runner.drain(1)  # not running: nothing to wait for
+    task = asyncio.create_task(runner.run(install_signal_handlers=False))
+    await asyncio.wait_for(runner.ready.wait(), 20)
+    async with EventProducer(bus_settings) as producer:
+        await producer.wait_acks(
+            [await producer.send("reward", _reward(i, 1.0)) for i in range(40)]
+        )
+    assert runner.metrics.processed < 40  # a stop now would leave a backlog behind
+    assert await runner.drain(60)
+    assert runner.metrics.processed == 40 and runner.metrics.produced == 40
+    runner.stop()
+    await asyncio.wait_for(task, 30)
+    committed = await _committed(bus_settings, "slow-score-to-stats", "reward")
+    assert sum(v for v in committed.values() if v is not None) == 40
+    assert len(await read_records(bus_settings, "task-stats", 40, timeout=20)) == 40
+
+
 async def test_metrics_endpoint_reports_counters_and_lag(bus_settings: BusSettings) -> None:
     import httpx
 
