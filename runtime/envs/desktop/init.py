@@ -11,10 +11,10 @@ The view: `/home/user` is a bind mount of the desktop's home folder (under a tmp
 `/home`); `/tmp`, `/var/tmp`, `/dev/shm` and `/run/lock` (the host's world-writable
 folders) are private tmpfs, so X sockets, LibreOffice's pipe and anything else left there
 is this desktop's alone; every desktop's state folder is covered; and what the server
-needs to run (the interpreter's prefixes and the source tree this file belongs to) stays
-visible, read-only: bound back into the private scratch folder it lives under (a clone and
-venv in /tmp), or, under a folder others may not enter (`/root` with pyenv), behind an
-empty tmpfs that holds only those folders.
+needs to run (the interpreter's prefixes, the source tree this file belongs to and the
+folders on its import path) stays visible, read-only: bound back into the tmpfs over the
+folder it lives under (a clone and venv in /tmp or /home/alice), or, under a folder others
+may not enter (`/root` with pyenv), behind an empty tmpfs that holds only those folders.
 
 The server's user namespace maps uids and gids 0..count-1 inside onto the host block
 [uid, uid + count) leased by the host: the agent is root inside, and an unprivileged,
@@ -38,6 +38,7 @@ _CLONE_NEWUSER = 0x10000000
 _PR_SET_NO_NEW_PRIVS = 38
 # World-writable on a Debian host: one tmpfs each per desktop, so no desktop meets another.
 _SHARED_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+_COVERED = (*_SHARED_SCRATCH, "/home")  # each gets a tmpfs of its own in a desktop
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -66,18 +67,22 @@ def _closed_ancestor(path: str) -> str | None:
 
 def _server_folders() -> list[str]:
     """The folders the server needs: the interpreter's (venv, base install, the binary's real
-    home) and the source tree holding this package, without any that another contains."""
+    home), the source tree holding this package and every folder on the import path, without
+    any that another contains."""
     real_home = os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))
     source = os.path.realpath(__file__).rsplit("/", 4)[0]  # <source>/runtime/envs/desktop/init.py
-    folders = sorted(
-        {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, real_home, source)}
-    )
-    return [f for f in folders if not any(f.startswith(o + "/") for o in folders if o != f)]
+    folders = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, real_home, source)}
+    # The server runs this interpreter with the same environment, so it imports from the
+    # same path: .pth entries and PYTHONPATH folders too, at the path it will use them by
+    # (a symlink under /tmp is bound back where it was, holding what it pointed at).
+    folders |= {os.path.abspath(p) for p in sys.path if p and os.path.isdir(p)}
+    folders -= {"/", *_COVERED}  # never a whole covered folder: it stays private
+    return [f for f in sorted(folders) if not any(f.startswith(o + "/") for o in folders)]
 
 
-def _under_scratch(path: str) -> bool:
-    """Whether `path` lies under a shared scratch folder (/tmp...), which a desktop covers."""
-    return any(path.startswith(s + "/") for s in _SHARED_SCRATCH)
+def _under_covered(path: str) -> bool:
+    """Whether `path` lies under a folder a desktop covers with a tmpfs (/tmp..., /home)."""
+    return any(path.startswith(s + "/") for s in _COVERED)
 
 
 def _bind_readonly(path: str, fd: int) -> None:
@@ -91,10 +96,13 @@ def _bind_readonly(path: str, fd: int) -> None:
 def _isolate(home: str, hide: str, uid: int) -> None:
     # Open what is bound later before anything is covered: the sources may be covered.
     home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
-    in_scratch, exposed = [], {}
+    covered, exposed = [], {}
     for folder in _server_folders():
-        if _under_scratch(folder):  # covered by the private scratch tmpfs: bound back into it
-            in_scratch.append((folder, os.open(folder, os.O_PATH)))
+        if folder == "/home/user" or folder.startswith("/home/user/"):
+            raise OSError(f"{folder} is needed by the desktop server, but a desktop mounts its "
+                          "own home at /home/user: install or clone the project elsewhere")  # fmt: skip
+        if _under_covered(folder):  # under a tmpfs the desktop mounts: bound back into it
+            covered.append((folder, os.open(folder, os.O_PATH)))
         elif closed := _closed_ancestor(folder):
             exposed.setdefault(closed, []).append((folder, os.open(folder, os.O_PATH)))
     owned = f"uid={uid},gid={uid}"  # root inside owns its scratch folders
@@ -105,7 +113,7 @@ def _isolate(home: str, hide: str, uid: int) -> None:
     for scratch in _SHARED_SCRATCH:
         if os.path.isdir(scratch):
             _mount("tmpfs", scratch, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,{owned}")
-    for folder, fd in in_scratch:
+    for folder, fd in covered:  # parents made in the tmpfs: traversable, not listable
         _bind_readonly(folder, fd)
     for closed, prefixes in exposed.items():
         # Traversable, not listable: /root reads as empty and closed, the interpreter runs.

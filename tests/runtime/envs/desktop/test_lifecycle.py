@@ -185,26 +185,33 @@ async def test_desktops_die_with_their_owner(tmp_path: Path) -> None:
     assert _processes_of(desktop_id) == []
 
 
-def _clone_under_tmp() -> Path:
-    """A copy of the `runtime` package and a venv that borrows this one's packages, in /tmp."""
-    clone = Path(tempfile.mkdtemp(prefix="scalecua-clone-", dir="/tmp"))
+def _clone_under(base: str) -> Path:
+    """A copy of the `runtime` package and a venv that borrows this one's packages, in `base`."""
+    clone = Path(tempfile.mkdtemp(prefix="scalecua-clone-", dir=base))  # mode 0700, as a home
     shutil.copytree(Path(runtime.__file__).parent, clone / "src" / "runtime",
                     ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(clone / "venv")], check=True)
     python = clone / "venv" / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import site; print(site.getsitepackages()[0])"],
                           check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # Through a link in the clone, so the server's packages are on an import path under `base`
+    # wherever this venv lives (it once failed with "No module named 'aiohttp'").
+    (clone / "deps").symlink_to(sysconfig.get_paths()["purelib"])
+    Path(site, "deps.pth").write_text(f"{clone / 'deps'}\n")
     return clone
 
 
+@pytest.mark.parametrize("base", ["/tmp", "/home"])
 @pytest.mark.parametrize("found_by", ["PYTHONPATH", "working directory"])
-async def test_a_clone_and_venv_under_tmp_start_desktops(tmp_path: Path, found_by: str) -> None:
-    # Every desktop mounts a private /tmp; a project cloned there, with its venv, must still
-    # reach the server (a clone in /tmp once failed with a bare "No such file or directory"),
-    # also when the parent found `runtime` only through its working directory (the server
-    # runs in /home/user: it once failed with "No module named runtime").
-    clone = await asyncio.to_thread(_clone_under_tmp)
+async def test_a_clone_and_venv_in_a_covered_folder_start_desktops(
+    tmp_path: Path, base: str, found_by: str
+) -> None:
+    # Every desktop mounts a private /tmp and /home; a project cloned there, with its venv,
+    # must still reach the server (a clone in /tmp once failed with a bare "No such file or
+    # directory", one in a closed folder under /home with "mount tmpfs on /home/...: No such
+    # file or directory"), also when the parent found `runtime` only through its working
+    # directory (the server runs in /home/user: it once failed with "No module named runtime").
+    clone = await asyncio.to_thread(_clone_under, base)
     script = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
