@@ -93,7 +93,8 @@ class TrainerConfig:
     micro_batch_rows: int = 4  # sequences per forward pass
     group_timeout_s: float | None = 3600.0  # an incomplete group idle this long is dropped
     max_steps: int | None = None  # stop after this many steps (None: run until stopped)
-    keep_states: int = 2  # optimizer states kept (newest versions); weights are all kept
+    keep_states: int = 2  # optimizer states kept (newest versions; 0: none written, a restart
+    # resumes the weights with a fresh optimizer); weights are all kept
     max_held_tokens: int = 50_000_000  # pause reading above this while a step can free memory
     group_id: str = "trainer"  # consumer group (one trainer per group)
     plan: PlanConfig = field(default_factory=PlanConfig)
@@ -470,7 +471,8 @@ class Trainer:
             "created_ms": int(time.time() * 1000),
         }
         uri = self.store.write(
-            job.version, self.backend.save, self.backend.save_state, metadata,
+            job.version, self.backend.save,
+            self.backend.save_state if self.config.keep_states > 0 else None, metadata,
             self.config.keep_states,
         )  # fmt: skip
         job.metrics["checkpoint_s"] = time.monotonic() - started

@@ -165,7 +165,7 @@ async def test_sft_trains_scripted_successes_that_grpo_leaves_out(
     assert stats["rollouts_unsampled"] == 3 and stats["steps"] == 0
     sft = TrainerConfig(
         checkpoints=str(tmp_path / "sft"), batch_groups=1, group_id="t-sft", max_steps=1,
-        plan=PlanConfig(objective="sft", sft_threshold=1.0),
+        plan=PlanConfig(objective="sft", sft_threshold=1.0), keep_states=0,
     )  # fmt: skip
     async with trainer_service(
         bus_settings, sft, backend_options={"lr": 1e-3}, blobs=blobs
@@ -175,6 +175,7 @@ async def test_sft_trains_scripted_successes_that_grpo_leaves_out(
     meta = CheckpointStore(str(tmp_path / "sft")).latest().metadata
     assert meta["objective"] == "sft" and len(meta["trajectories"]) == 2  # the two successes
     assert meta["metrics"]["nll"] > 0 and stats["rollouts_below_threshold"] == 1
+    assert not (tmp_path / "sft" / "state").exists()  # keep_states=0: no optimizer state
 
 
 async def test_a_corrupt_screenshot_turns_its_rollout_into_an_environment_failure(
