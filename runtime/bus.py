@@ -267,12 +267,23 @@ class EventConsumer(_Client):
             batch = await self.getmany(timeout_ms=200)
             if batch:
                 yield batch
-            ends = [(self._consumer.highwater(tp), await self._consumer.position(tp)) for tp in tps]
-            if all(high is not None and pos >= high for high, pos in ends):
+            if await self.at_end(tps):
                 return
             if time.monotonic() > deadline:
                 names = ", ".join(topic_names)
                 raise BrokerTimeout(f"reading {names} did not reach its end in {timeout_s:g} s")
+
+    async def at_end(self, tps: Iterable[TopicPartition]) -> bool:
+        """Whether each partition's position has reached its last fetched high-watermark.
+
+        The fetch high-watermark, not `end_offsets()`, which Tansu reports wrong; a partition
+        not fetched yet has none and is not at its end.
+        """
+        for tp in tps:
+            high = self._consumer.highwater(tp)
+            if high is None or await self._consumer.position(tp) < high:
+                return False
+        return True
 
     async def getmany(self, timeout_ms: int = 200, max_records: int | None = None) -> list[Record]:
         """Fetch the next batch of records, decoded; undecodable ones carry the reason."""

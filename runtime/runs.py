@@ -53,8 +53,7 @@ async def current_run(settings: BusSettings, timeout_s: float = 10.0) -> RunStar
             for record in await consumer.getmany(timeout_ms=200):
                 if isinstance(record.event, RunStarted):
                     return record.event
-            highwater = consumer.raw.highwater(tp)
-            if highwater is not None and await consumer.raw.position(tp) >= highwater:
+            if await consumer.at_end([tp]):
                 return None  # read to the end: no run record
     raise BrokerTimeout(f"reading `{RUNS}` did not reach its end within {timeout_s:.0f}s")
 

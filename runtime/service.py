@@ -369,17 +369,15 @@ class ServiceRunner:
         """True when fetches answered after `since_ms` show every record handled and sent."""
         if self._sends:
             return False
-        raw = self.consumer.raw
+        assignment = self.consumer.raw.assignment()
         # A fetch answered just before an upstream's last write can be read just after
         # drain() began: only answers a few fetch waits later count as current.
         fresh = since_ms + 10 * self.settings.fetch_max_wait_ms + 100
-        for tp in raw.assignment():
-            polled, high = raw.last_poll_timestamp(tp), raw.highwater(tp)
-            if polled is None or polled < fresh or high is None:
+        for tp in assignment:
+            polled = self.consumer.raw.last_poll_timestamp(tp)
+            if polled is None or polled < fresh:
                 return False
-            if await raw.position(tp) < high:
-                return False
-        return True
+        return await self.consumer.at_end(assignment)
 
     def lag(self) -> int:
         """Return how many records of the assigned partitions are not yet processed."""
