@@ -210,7 +210,7 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
         sft = TrainerConfig(
             policy=str(base), checkpoints=str(out / "checkpoints"), batch_groups=args.warm_batch,
             max_steps=args.warm_steps, micro_batch_tokens=args.micro_batch_tokens,
-            keep_states=0 if args.quick else 2,  # --quick never resumes: no optimizer state
+            keep_states=0 if args.quick else TrainerConfig.keep_states,  # --quick never resumes: no optimizer state
             plan=PlanConfig(objective="sft", sft_threshold=1.0),
             grpo=GRPOConfig(kl_coef=0.0),
         )  # fmt: skip
@@ -329,7 +329,7 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
             policy=_real(warm), checkpoints=str(out / "checkpoints"),
             batch_groups=args.batch, micro_batch_tokens=args.micro_batch_tokens,
             max_steps=1 if args.quick else None,  # --quick: no second step while stopping
-            keep_states=0 if args.quick else 2,
+            keep_states=0 if args.quick else TrainerConfig.keep_states,
             # --quick trains its one group even if all-equal: the step is what it checks
             plan=PlanConfig(objective="grpo", max_lag=args.max_lag,
                             skip_equal_groups=not args.quick),

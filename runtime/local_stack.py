@@ -302,9 +302,12 @@ async def run_up(config: UpConfig) -> int:
             # stages before them wrote, so the archive holds a reward and segments for every
             # trajectory that completed. After Ctrl-C they stop at once: what they hold stays
             # uncommitted and a resumed run re-reads it.
-            for stage in (("sampler",), ("rollout",), ("judge", "segmenter"), ("trainer",),
-                          ("archiver",)):  # fmt: skip
-                if outcome == "done" and stage[0] in ("judge", "archiver"):
+            # (services, whether they first finish their backlog)
+            stages = ((("sampler",), False), (("rollout",), False),
+                      (("judge", "segmenter"), True), (("trainer",), False),
+                      (("archiver",), True))  # fmt: skip
+            for stage, drain in stages:
+                if drain and outcome == "done":
                     await asyncio.gather(*(_drain(runners[name], name) for name in stage))
                 for name in stage:
                     runners[name].stop()
