@@ -43,7 +43,7 @@ from runtime.engines.base import GenerationRequest, GenerationResult, SamplingPa
 from runtime.engines.prefix_cache import PrefixCache
 from runtime.errors import PolicyError
 from runtime.policy.logprobs import model_inputs, sampling_logprobs
-from runtime.policy.model import Policy, load_policy
+from runtime.policy.model import Policy, load_policy, model_construction
 
 __all__ = ["TransformersEngine"]
 
@@ -334,13 +334,14 @@ class TransformersEngine:
         # from_pretrained applies the architecture's checkpoint key mapping (saved names differ
         # from module names in the VL models); the weights are then copied in place.
         try:
-            loaded, info = type(model).from_pretrained(
-                str(path),
-                config=model.config,
-                dtype=self.policy.dtype,
-                local_files_only=True,
-                output_loading_info=True,
-            )
+            with model_construction():
+                loaded, info = type(model).from_pretrained(
+                    str(path),
+                    config=model.config,
+                    dtype=self.policy.dtype,
+                    local_files_only=True,
+                    output_loading_info=True,
+                )
         except Exception as exc:  # transformers raises many types for a broken folder
             raise PolicyError(f"cannot load checkpoint {checkpoint_uri}: {exc}") from exc
         missing = [k for k in info.get("missing_keys", ()) if not k.endswith("lm_head.weight")]

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ __all__ = [
     "default_tiny_policy",
     "init_tiny_policy",
     "load_policy",
+    "model_construction",
     "resolve_policy",
     "smollm2_policy",
     "tiny_qwen25vl_config",
@@ -48,6 +50,20 @@ def cache_dir() -> Path:
     path = Path(root)
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+# transformers builds a model under process-wide patches (torch's default dtype, skipped
+# weight init, tied-weight and creation-op patches, the meta device): a model built in one
+# thread while another loads gets meta tensors ("Cannot copy out of meta tensor") or
+# silently uninitialised weights. One model is built at a time in a process.
+_CONSTRUCTION = threading.RLock()
+
+
+@contextlib.contextmanager
+def model_construction() -> Iterator[None]:
+    """Hold while building or loading a torch model: one at a time per process."""
+    with _CONSTRUCTION:
+        yield
 
 
 @contextlib.contextmanager
@@ -126,7 +142,8 @@ def init_tiny_policy(out_dir: Path, seed: int = 0) -> Path:
     Qwen2VLImageProcessorPil().save_pretrained(out_dir)
     _mark_processor(out_dir)
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(tiny_qwen25vl_config()).to(torch.float32)
+    with model_construction():
+        model = Qwen2_5_VLForConditionalGeneration(tiny_qwen25vl_config()).to(torch.float32)
     model.save_pretrained(out_dir)
     GenerationConfig(eos_token_id=151645, pad_token_id=151643, do_sample=True).save_pretrained(
         out_dir
@@ -183,13 +200,14 @@ def _convert_smollm2(path: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     kwargs = {"gguf_file": ggufs[0].name, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(str(package), **kwargs)
-    loaded = AutoModelForCausalLM.from_pretrained(str(package), **kwargs)
-    # The GGUF-loaded model is dequantised fp32 but flagged as quantised, which blocks saving:
-    # copy its weights into a plain model built from the same config.
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config)
+    with model_construction():
+        loaded = AutoModelForCausalLM.from_pretrained(str(package), **kwargs)
+        # The GGUF-loaded model is dequantised fp32 but flagged as quantised, which blocks
+        # saving: copy its weights into a plain model built from the same config.
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(loaded.state_dict())
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
@@ -236,7 +254,8 @@ def load_policy(spec: str | Path, dtype: str = "float32", device: str = "cpu") -
     # A config with a vision part is an image-text model; everything else is a causal LM.
     auto = AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
     try:
-        model = auto.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True)
+        with model_construction():
+            model = auto.from_pretrained(str(path), dtype=torch_dtype, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise PolicyError(f"cannot load the model in {path}: {exc}") from exc
     model.to(device).eval()

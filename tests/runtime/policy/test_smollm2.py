@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
+import torch
 from PIL import Image
 
 from runtime.engines.transformers_engine import TransformersEngine
@@ -23,6 +26,30 @@ def test_loads_as_text_only_policy(smollm2: Policy) -> None:
     assert 130e6 < sum(p.numel() for p in smollm2.model.parameters()) < 140e6
     with pytest.raises(PolicyError, match="text-only"):
         render_history("sys", "task", [Turn(Image.new("RGB", (64, 64)))], smollm2.processor)
+
+
+def test_loads_from_several_threads_at_once_are_whole(smollm2: Policy) -> None:
+    # A service process loads in threads (trainer, engine, evaluation): transformers builds a
+    # model under process-wide patches, and two builds at once gave meta tensors or weights
+    # left uninitialised until loading was serialised.
+    reference = smollm2.model.state_dict()
+    errors: list[str] = []
+
+    def load() -> None:
+        try:
+            for _ in range(2):
+                state = load_policy("smollm2").model.state_dict()
+                if any(not torch.equal(state[k], v) for k, v in reference.items()):
+                    errors.append("weights differ from the reference")
+        except Exception as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(repr(exc))
+
+    threads = [threading.Thread(target=load) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 def test_a11y_history_renders_as_its_chat_template(smollm2: Policy) -> None:
