@@ -126,6 +126,14 @@ class _Progress:
                     elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
                         self._update(event.policy_version, event.checkpoint_uri)
 
+    async def seen(self, version: int, timeout: float = 10.0) -> None:
+        """Wait until the policy update of `version` has been read (at most `timeout` s)."""
+        deadline = time.monotonic() + timeout
+        while version > 0 and time.monotonic() < deadline:
+            if any(v >= version for _, v, _ in self.checkpoints):
+                return
+            await asyncio.sleep(0.05)
+
     def _update(self, version: int, uri: str) -> None:
         scores, self._since = self._since, []
         self.checkpoints.append((self.minutes(), version, uri))
@@ -264,7 +272,7 @@ async def _until_steps(trainer: Any, steps: int, wanted: int, args: argparse.Nam
             quiet_since = quiet_since or time.monotonic()
             if time.monotonic() - quiet_since > 120:
                 return False
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(0.2)
     return False
 
 
@@ -286,8 +294,14 @@ async def evaluate(policy: Path | str, heldout: list, args: argparse.Namespace) 
 
 
 # -- 3. RL ----------------------------------------------------------------------------------
-async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[str, Any]:
-    """GRPO for `--minutes` of wall clock from the warm-start weights; the run's figures."""
+async def reinforce(
+    args: argparse.Namespace, warm: Path, pool: list, final: asyncio.Future[str] | None = None
+) -> dict[str, Any]:
+    """GRPO for `--minutes` of wall clock from the warm-start weights; the run's figures.
+
+    `final` gets the final checkpoint's folder as soon as it is known, before the phase's
+    other services have stopped (so the evaluation of it can start meanwhile).
+    """
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.episode import EpisodeConfig
     from consumers.rollout.players import build_player
@@ -338,7 +352,9 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
         sampler_cfg = SamplerConfig(
             frontier=FrontierConfig(strategy=strategy), batch_tasks=args.batch,
             group_size=args.n, max_steps=args.max_steps, max_in_flight=args.in_flight,
-            max_ahead=args.in_flight, seed=args.seed, refill_unusable=True,
+            max_ahead=args.in_flight, seed=args.seed,
+            # --quick: one batch for its one step, all-equal or not (the trainer's pairing above)
+            refill_unusable=not args.quick, max_batches=1 if args.quick else None,
         )  # fmt: skip
         started = time.monotonic()
         async with trainer_service(settings, rl, blobs=blobs, metrics_interval_s=600,
@@ -350,15 +366,18 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
                 async with rollout_service(settings, cfg, player, blobs) as worker:
                     phase.start(worker)
                     await _rl_clock(trainer.processor, args)
+                    if trainer.processor.steps >= (rl.max_steps or sys.maxsize):
+                        _settle(final, out, warm)  # a trainer done with its steps wrote its last
                     await phase.stop(sampler)
                     await phase.stop(worker)
             await phase.stop(trainer)
+            _settle(final, out, warm)
             stats = trainer.processor.stats()
         rl_minutes = (time.monotonic() - started) / 60
-        await asyncio.sleep(1.0)  # the follower reads the last policy update
+        await progress.seen(int(stats.get("policy_version", 0)))  # the last step's point
         follower.cancel()
     latest = CheckpointStore(str(out / "checkpoints")).latest()
-    checkpoint = latest.uri.removeprefix("file://") if latest is not None else str(warm)
+    checkpoint = _final_checkpoint(out, warm)
     return {
         "rl_minutes": round(rl_minutes, 2),
         "rl_steps": latest.version if latest is not None else 0,
@@ -369,13 +388,48 @@ async def reinforce(args: argparse.Namespace, warm: Path, pool: list) -> dict[st
     }
 
 
+def _final_checkpoint(out: Path, warm: Path) -> str:
+    """The newest RL checkpoint's folder (symlinks resolved), or the warm start if none."""
+    from consumers.trainer.checkpoints import CheckpointStore
+
+    latest = CheckpointStore(str(out / "checkpoints")).latest()
+    return _real(latest.uri.removeprefix("file://") if latest is not None else warm)
+
+
+def _settle(final: asyncio.Future[str] | None, out: Path, warm: Path) -> None:
+    """Hand the final checkpoint to whoever waits for it (once)."""
+    if final is not None and not final.done():
+        final.set_result(_final_checkpoint(out, warm))
+
+
 async def _rl_clock(trainer: Any, args: argparse.Namespace) -> None:
     """Wait out RL: `--minutes` of wall clock; with --quick, the first GRPO step (at most that)."""
     deadline = time.monotonic() + args.minutes * 60
     while time.monotonic() < deadline:
         if args.quick and trainer.steps >= 1:
             return
-        await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+
+async def _reinforce_and_evaluate(
+    args: argparse.Namespace, warm: Path, pool: list, heldout: list
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """RL, and the held-out pass rate of its final checkpoint, evaluated while RL's
+    remaining services stop (seconds of shutdown off the critical path)."""
+    final: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    rl_task = asyncio.create_task(reinforce(args, warm, pool, final))
+    await asyncio.wait({final, rl_task}, return_when=asyncio.FIRST_COMPLETED)
+    if not final.done():  # RL failed before its last step: its error
+        await rl_task
+    after_task = asyncio.create_task(evaluate(final.result(), heldout, args))
+    try:
+        run_ = await rl_task
+    except BaseException:
+        after_task.cancel()
+        with contextlib.suppress(BaseException):
+            await after_task
+        raise
+    return run_, await after_task
 
 
 def _curve_checkpoints(run: dict[str, Any], points: int) -> list[tuple[float, str]]:
@@ -414,15 +468,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     result["warm_checkpoint"] = str(warm)
     if args.quick:  # the evaluation's waits (desktops, groups, episodes) overlap RL's
         before_task = asyncio.create_task(evaluate(warm, heldout, args))
-        run_ = await reinforce(args, warm, pool)
+        run_, after = await _reinforce_and_evaluate(args, warm, pool, heldout)
         before = await before_task
     else:  # RL has the machine to itself: its minutes are what is compared
         before = await evaluate(warm, heldout, args)
-        run_ = await reinforce(args, warm, pool)
+        run_, after = await _reinforce_and_evaluate(args, warm, pool, heldout)
     result["heldout_before"] = before["pass_rate"]
     result["before"] = before
     result.update({k: v for k, v in run_.items() if k != "checkpoints"})
-    after = await evaluate(run_["checkpoint"], heldout, args)
     result["heldout_after"] = after["pass_rate"]
     result["after"] = after
     curve = [{"minutes": 0.0, "pass_rate": before["pass_rate"], "ci95": before["ci95"]}]
@@ -531,7 +584,7 @@ def main() -> int:
         args.minutes, args.warm_n, args.rl_n, args.heldout_n = min(args.minutes, 3.0), 2, 2, 2
         args.warm_steps, args.warm_batch, args.batch, args.n = 1, 2, 1, 2
         args.desktops = args.eval_desktops = 2
-        args.max_steps, args.max_tokens, args.curve_points = 2, 24, 0
+        args.max_steps, args.max_tokens, args.curve_points = 2, 12, 0
     result = asyncio.run(run(args))
     rows = [("held-out before RL", result.get("heldout_before")),
             ("held-out after RL", result.get("heldout_after")),
