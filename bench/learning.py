@@ -381,7 +381,7 @@ async def reinforce(
     return {
         "rl_minutes": round(rl_minutes, 2),
         "rl_steps": latest.version if latest is not None else 0,
-        "checkpoint": _real(checkpoint),
+        "checkpoint": checkpoint,
         "curve": progress.points,
         "checkpoints": progress.checkpoints,
         "trainer": {k: v for k, v in stats.items() if isinstance(v, int | float)},
