@@ -207,6 +207,10 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
     wanted = args.warm_steps * args.warm_batch
     _say(f"warm start: {args.warm_steps} SFT steps of {args.warm_batch} scripted episodes "
          f"({len(warm_tasks)} train instances)")  # fmt: skip
+    done_before = CheckpointStore(str(out / "checkpoints")).latest()
+    if done_before is not None:  # the trainer resumes its folder, as after a crash
+        _say(f"warm start: resuming {out} at step {done_before.version} of {args.warm_steps} "
+             f"(delete it to start over)")  # fmt: skip
     async with _phase() as phase:
         settings = phase.settings
         await publish_tasks(settings, families.task_events(warm_tasks))
