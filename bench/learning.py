@@ -314,7 +314,6 @@ async def reinforce(
     from consumers.sampler.service import SamplerConfig, sampler_service
     from consumers.segmenter.service import Segmenter, SegmenterConfig
     from consumers.trainer.batching import PlanConfig
-    from consumers.trainer.checkpoints import CheckpointStore
     from consumers.trainer.grpo import GRPOConfig
     from consumers.trainer.service import TrainerConfig, trainer_service
     from producers.task_import import publish_tasks
@@ -370,7 +369,7 @@ async def reinforce(
                 async with rollout_service(settings, cfg, player, blobs) as worker:
                     phase.start(worker)
                     await _rl_clock(trainer.processor, args)
-                    if trainer.processor.steps >= (rl.max_steps or sys.maxsize):
+                    if trainer.processor.finished_steps():
                         _settle(final, out, warm)  # a trainer done with its steps wrote its last
                     await phase.stop(sampler)
                     await phase.stop(worker)
@@ -380,11 +379,10 @@ async def reinforce(
         rl_minutes = (time.monotonic() - started) / 60
         await progress.seen(int(stats.get("policy_version", 0)))  # the last step's point
         follower.cancel()
-    latest = CheckpointStore(str(out / "checkpoints")).latest()
-    checkpoint = _final_checkpoint(out, warm)
+    rl_steps, checkpoint = _final_checkpoint(out, warm)
     return {
         "rl_minutes": round(rl_minutes, 2),
-        "rl_steps": latest.version if latest is not None else 0,
+        "rl_steps": rl_steps,
         "checkpoint": checkpoint,
         "curve": progress.points,
         "checkpoints": progress.checkpoints,
@@ -392,25 +390,29 @@ async def reinforce(
     }
 
 
-def _final_checkpoint(out: Path, warm: Path) -> str:
-    """The newest RL checkpoint's folder (symlinks resolved), or the warm start if none."""
+def _final_checkpoint(out: Path, warm: Path) -> tuple[int, str]:
+    """The newest RL checkpoint's version and folder (symlinks resolved); 0 and the warm
+    start if there is none."""
     from consumers.trainer.checkpoints import CheckpointStore
 
     latest = CheckpointStore(str(out / "checkpoints")).latest()
-    return _real(latest.uri.removeprefix("file://") if latest is not None else warm)
+    if latest is None:
+        return 0, _real(warm)
+    return latest.version, _real(latest.uri.removeprefix("file://"))
 
 
 def _settle(final: asyncio.Future[str] | None, out: Path, warm: Path) -> None:
-    """Hand the final checkpoint to whoever waits for it (once)."""
+    """Hand the final checkpoint's folder to whoever waits for it (once)."""
     if final is not None and not final.done():
-        final.set_result(_final_checkpoint(out, warm))
+        final.set_result(_final_checkpoint(out, warm)[1])
 
 
 async def _rl_clock(trainer: Any, args: argparse.Namespace) -> None:
-    """Wait out RL: `--minutes` of wall clock; with --quick, the first GRPO step (at most that)."""
+    """Wait out RL: `--minutes` of wall clock, or until a trainer with a step bound (--quick:
+    one GRPO step) has taken its steps."""
     deadline = time.monotonic() + args.minutes * 60
     while time.monotonic() < deadline:
-        if args.quick and trainer.steps >= 1:
+        if trainer.finished_steps():
             return
         await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 

@@ -314,7 +314,7 @@ class Trainer:
                 self.book.count("groups_expired")
                 log.warning("trainer: group %s expired incomplete (%d of %d requests rewarded)",
                             group.group_id, len(group.chosen), group.group_size)  # fmt: skip
-        if self._job is None and not self._finished_steps():
+        if self._job is None and not self.finished_steps():
             self._maybe_launch()
         if time.monotonic() - self._pruned > 60:  # groups finished without a step add up too
             self._pruned = time.monotonic()
@@ -346,7 +346,8 @@ class Trainer:
         out, self._outbox = self._outbox, []
         return out
 
-    def _finished_steps(self) -> bool:
+    def finished_steps(self) -> bool:
+        """Whether the trainer has taken its `max_steps` (never, without a bound)."""
         return self.config.max_steps is not None and self.steps >= self.config.max_steps
 
     # -- steps ----------------------------------------------------------------------------
@@ -516,7 +517,7 @@ class Trainer:
         )  # fmt: skip
         line = {"service": self.name, "step": job.version, **_rounded(job.metrics)}
         log.info("step %s", orjson.dumps(line).decode())
-        if self._finished_steps() and self.on_done is not None:
+        if self.finished_steps() and self.on_done is not None:
             self.on_done()
 
     def _uncount(self, job: _Job) -> None:
