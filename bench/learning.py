@@ -239,7 +239,7 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
                                    max_steps=args.max_steps)
                     for i in range(wanted)
                 ])  # fmt: skip
-                done = await _until_steps(trainer.processor, args.warm_steps, wanted, args)
+                done = await _until_steps(trainer.processor, wanted, args)
                 await phase.stop(worker)
             await phase.stop(trainer)
     if not done:
@@ -265,12 +265,12 @@ def _link(link: Path, uri: str) -> Path:
     return link
 
 
-async def _until_steps(trainer: Any, steps: int, wanted: int, args: argparse.Namespace) -> bool:
-    """Wait for the SFT steps; give up once every episode's reward is in and no step follows."""
+async def _until_steps(trainer: Any, wanted: int, args: argparse.Namespace) -> bool:
+    """Wait for the trainer's SFT steps; give up once every reward is in and no step follows."""
     deadline = time.monotonic() + args.warm_timeout
     quiet_since: float | None = None
     while time.monotonic() < deadline:
-        if trainer.steps >= steps:
+        if trainer.finished_steps():
             return True
         if trainer.stats().get("rewards_read", 0) >= wanted and not trainer.stats()["step_running"]:
             quiet_since = quiet_since or time.monotonic()
