@@ -370,16 +370,17 @@ async def reinforce(
                     phase.start(worker)
                     await _rl_clock(trainer.processor, args)
                     if trainer.processor.finished_steps():
-                        _settle(final, out, warm)  # a trainer done with its steps wrote its last
+                        # a trainer done with its steps has written its last checkpoint
+                        _settle(final, _final_checkpoint(out, warm)[1])
                     await phase.stop(sampler)
                     await phase.stop(worker)
             await phase.stop(trainer)
-            _settle(final, out, warm)
+            rl_steps, checkpoint = _final_checkpoint(out, warm)
+            _settle(final, checkpoint)
             stats = trainer.processor.stats()
         rl_minutes = (time.monotonic() - started) / 60
         await progress.seen(int(stats.get("policy_version", 0)))  # the last step's point
         follower.cancel()
-    rl_steps, checkpoint = _final_checkpoint(out, warm)
     return {
         "rl_minutes": round(rl_minutes, 2),
         "rl_steps": rl_steps,
@@ -401,10 +402,10 @@ def _final_checkpoint(out: Path, warm: Path) -> tuple[int, str]:
     return latest.version, _real(latest.uri.removeprefix("file://"))
 
 
-def _settle(final: asyncio.Future[str] | None, out: Path, warm: Path) -> None:
+def _settle(final: asyncio.Future[str] | None, checkpoint: str) -> None:
     """Hand the final checkpoint's folder to whoever waits for it (once)."""
     if final is not None and not final.done():
-        final.set_result(_final_checkpoint(out, warm)[1])
+        final.set_result(checkpoint)
 
 
 async def _rl_clock(trainer: Any, args: argparse.Namespace) -> None:
