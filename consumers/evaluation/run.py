@@ -1,5 +1,8 @@
 """Evaluate a policy: play each task once, greedily, through the rollout worker and the judge.
 
+Or, with `samples` > 1 and a temperature, play each task that many times as one group of
+sampled rollouts (as RL samples them), for pass@k (consumers/evaluation/stats.py).
+
 The same episode loop and judge as training, on a log of its own: tasks and one request per
 task go to an embedded broker started for the evaluation, a rollout worker plays them with
 temperature 0 on real desktops, the judge scores them, and the rewards come back as
@@ -40,6 +43,21 @@ class EvalConfig:
     judge_version: str = "osworld-metrics-v1"
     incomplete_reward: float = -0.2
     timeout_s: float = 3600.0
+    samples: int = 1  # rollouts per task (one group): > 1 needs a temperature
+    temperature: float = 0.0  # 0: greedy
+
+    def __post_init__(self) -> None:
+        from runtime.errors import ConfigError
+
+        if self.samples < 1:
+            raise ConfigError(f"samples must be at least 1, not {self.samples}")
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, not {self.temperature}")
+        if self.samples > 1 and self.temperature == 0:
+            raise ConfigError(
+                f"{self.samples} samples per task at temperature 0 would play the same "
+                "episode each time: give a temperature > 0"
+            )
 
 
 async def _publish(settings: BusSettings, events: list[TaskEvent]) -> int:
@@ -55,7 +73,7 @@ async def evaluate_policy(
     *,
     progress: Callable[[str], None] | None = None,
 ) -> list[Outcome]:
-    """Play every task once with the policy (greedy) and return the judged outcomes."""
+    """Play every task `samples` times (once greedily by default); the judged outcomes."""
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.episode import EpisodeConfig
     from consumers.rollout.players import build_player, default_observe
@@ -67,7 +85,8 @@ async def evaluate_policy(
     from runtime.service import ServiceRunner
 
     say = progress or (lambda _msg: None)
-    sampling = SamplingParams(temperature=0.0, max_tokens=config.max_tokens, stop=("</tool_call>",))
+    sampling = SamplingParams(temperature=config.temperature, max_tokens=config.max_tokens,
+                              stop=("</tool_call>",))  # fmt: skip
     player = build_player(config.policy, sampling=sampling, context_window=config.context)
     observe = config.observe or default_observe(config.policy, player)
     tag = uuid.uuid4().hex[:6]
@@ -75,12 +94,13 @@ async def evaluate_policy(
         RolloutRequest(
             task_id=e.task_id,
             group_id=f"eval-{tag}-{e.task_id}",
-            group_size=1,
-            sample_index=0,
+            group_size=config.samples,
+            sample_index=i,
             policy_version=0,
             max_steps=config.max_steps,
         )  # fmt: skip
         for e in events
+        for i in range(config.samples)
     ]
     blobs = open_blob_store()
     rollout_config = RolloutConfig(
@@ -90,8 +110,10 @@ async def evaluate_policy(
     judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, f"eval-judge-{tag}")
     async with private_log() as settings:
         published = await _publish(settings, events)
+        how = f"{config.samples} samples each at temperature {config.temperature}"
+        how = "greedy" if config.temperature == 0 else how
         say(f"{published} tasks on a log of its own, policy "
-            f"{config.policy} greedy on {config.desktops} desktops, observing {observe}")  # fmt: skip
+            f"{config.policy} {how} on {config.desktops} desktops, observing {observe}")  # fmt: skip
         judge = ServiceRunner(Judge(judge_config, blobs), settings, metrics_interval_s=3600)
         tasks = [asyncio.create_task(judge.run(install_signal_handlers=False))]
         try:
@@ -108,7 +130,14 @@ async def evaluate_policy(
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(task, 60)
     return [
-        Outcome(r.task_id, family_of(r.task_id), r.score if r.scored else None, r.status, r.reason)
+        Outcome(
+            r.task_id,
+            family_of(r.task_id),
+            r.score if r.scored else None,
+            r.status,
+            r.reason,
+            r.sample_index,
+        )  # fmt: skip
         for r in rewards
     ]
 

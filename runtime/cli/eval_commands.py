@@ -14,13 +14,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `scalecua eval` to the parser."""
     p = subparsers.add_parser(
         "eval",
-        help="play tasks once each, greedily, and print the pass rate with its 95%% interval",
+        help="play tasks once each, greedily (or sampled, for pass@k), and print the pass "
+        "rate with its 95%% interval",
         description=(
             "Play every task once with the policy at temperature 0 through the rollout worker "
             "and the judge on a log of its own (an embedded broker: evaluation episodes never reach a training run's segmenter or trainer), and print one "
             "JSON document: the pass rate, its Wilson 95%% interval, and per-family rates. "
             "Tasks are generated instances of the task families (--split) or a folder of "
-            "OSWorld task JSON (--tasks)."
+            "OSWorld task JSON (--tasks). With --samples N and a --temperature, each task is "
+            "played N times as one group, and pass@k (k = 1, 2, 4, ... N) is reported too."
         ),
     )
     p.add_argument("--policy", required=True, help="tiny | smollm2 | a model (checkpoint) folder")
@@ -35,6 +37,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--observe", default=None, choices=("screenshot", "a11y", "both", "compact"),
                    help="default: the policy card's, else a11y for text-only policies and "
                    "screenshot for the others")  # fmt: skip
+    p.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="rollouts per task, for pass@k (default 1; > 1 needs --temperature)",
+    )
+    p.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
+    )
     p.add_argument("--threshold", type=float, default=1.0, help="a score >= this passes")
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     p.set_defaults(func=_eval)
@@ -73,7 +84,8 @@ def _eval(args: argparse.Namespace) -> int:
         raise ConfigError("no tasks to evaluate")
     config = EvalConfig(
         policy=args.policy, desktops=args.desktops, max_steps=args.max_steps,
-        max_tokens=args.max_tokens, observe=args.observe,
+        max_tokens=args.max_tokens, observe=args.observe, samples=args.samples,
+        temperature=args.temperature,
     )  # fmt: skip
 
     def say(msg: str) -> None:
@@ -90,10 +102,11 @@ def _eval(args: argparse.Namespace) -> int:
                     "task_id": o.task_id,
                     "family": o.family,
                     "score": o.score,
+                    "sample": o.sample,
                     "status": o.status,
                     "reason": o.reason,
                 }
-                for o in sorted(outcomes, key=lambda o: o.task_id)
+                for o in sorted(outcomes, key=lambda o: (o.task_id, o.sample))
             ],
         }
         text = json.dumps(summary)

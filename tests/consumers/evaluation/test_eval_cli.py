@@ -74,3 +74,38 @@ def test_eval_on_held_out_family_instances_reports_held_out_families_apart(tmp_p
     assert (result["n"], result["passed"]) == (4, 4), result
     assert set(result["families"]) == {"copy_file", "echo_to_file"}
     assert result["heldout_families"]["n"] == 2 and result["seen_families"]["n"] == 2
+
+
+def test_sampled_eval_plays_each_task_as_a_group_and_reports_pass_at_k(tmp_path: Path) -> None:
+    folder = tmp_path / "tasks"
+    folder.mkdir()
+    for task_id, solved in (("terminal_mkdir_projects", True), ("terminal_create_empty_notes", False)):  # fmt: skip
+        task = json.loads((POOL_DIR / f"{task_id}.json").read_text())
+        if solved:
+            task["solution"] = reference_solution(task_id)
+        (folder / f"{task_id}.json").write_text(json.dumps(task))
+    env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
+    env.pop("SCALECUA_BOOTSTRAP", None)
+    run = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "eval", "--policy", "scripted", "--tasks",
+         str(folder), "--desktops", "2", "--max-steps", "15", "--samples", "3",
+         "--temperature", "0.8"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "3 samples each at temperature 0.8" in run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["n"] == 6 and result["tasks"] == 2 and result["passed"] == 3, result
+    assert result["pass_at_k"] == {"1": 0.5, "2": 0.5, "3": 0.5}
+    samples = sorted((o["task_id"], o["sample"]) for o in result["outcomes"])
+    assert samples == [(t, i) for t in sorted(p.stem for p in folder.iterdir()) for i in range(3)]
+
+
+def test_samples_without_a_temperature_are_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
+    run = subprocess.run(
+        [sys.executable, "-m", "runtime.cli", "eval", "--policy", "scripted", "--split",
+         "heldout", "--n", "2", "--samples", "4"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 1 and "give a temperature > 0" in run.stderr, run.stderr[-2000:]
