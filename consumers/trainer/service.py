@@ -58,6 +58,7 @@ from consumers.trainer.batching import (
 )
 from consumers.trainer.checkpoints import CheckpointStore, default_checkpoint_root
 from consumers.trainer.grpo import GRPOConfig, finish_stats, grpo_token_loss, sft_token_loss
+from consumers.trainer.shared_prefix import batch_cost, pack_shared
 from runtime.blobstore import BlobStore, open_blob_store
 from runtime.bus import EventConsumer, Record
 from runtime.config import BusSettings
@@ -89,7 +90,7 @@ class TrainerConfig:
     checkpoints: str | None = None  # folder or fsspec URL (default $SCALECUA_HOME/checkpoints)
     judge_version: str = "osworld-metrics-v1"  # the only rewards trained on
     batch_groups: int = 32  # B: groups (tasks) per optimisation step (paper: 32)
-    micro_batch_tokens: int = 8192  # padded tokens per forward pass (rows x longest)
+    micro_batch_tokens: int = 8192  # tokens per forward pass (rows x longest; a shared prefix once)
     micro_batch_rows: int = 4  # sequences per forward pass
     group_timeout_s: float | None = 3600.0  # an incomplete group idle this long is dropped
     max_steps: int | None = None  # stop after this many steps (None: run until stopped)
@@ -374,14 +375,18 @@ class Trainer:
             version=self.version + 1,
             groups=[g for g, _ in chosen],
             plans=[p for _, p in chosen],
-            batches=pack_micro_batches(
-                samples, self.config.micro_batch_tokens, self.config.micro_batch_rows
-            ),
+            batches=self._pack(samples),
             tokens=sum(s.tokens for s in samples),
             restart=self.book.restart_point(),
         )
         job.task = asyncio.create_task(self._run(job))
         self._job = job
+
+    def _pack(self, samples: list[Sample]) -> list[MicroBatch]:
+        """Micro-batches under the token budget; a backend that shares prefixes computes a
+        group's common prompt once, so its passes are budgeted (and laid out) for that."""
+        pack = pack_shared if self.backend.shares_prefixes else pack_micro_batches
+        return pack(samples, self.config.micro_batch_tokens, self.config.micro_batch_rows)
 
     def _count_plan(self, plan: GroupPlan, trained: bool) -> None:
         book = self.book
@@ -432,6 +437,10 @@ class Trainer:
             stale_downweighted=float(sum(p.stale_downweighted for p in job.plans)),
             forward_backward_s=result["forward_backward_s"],
             optimizer_s=result["optimizer_s"],
+            # Tokens in the step's segments, and what the passes computed (padding in,
+            # shared prefixes once): their ratio is what prefix sharing saves.
+            sequence_tokens=float(sum(len(s.ids) for b in job.batches for s in b.samples)),
+            computed_tokens=float(sum(batch_cost(b) for b in job.batches)),
             **summarize(advantages, "adv"),
             **summarize(lags, "lag"),
         )

@@ -6,7 +6,9 @@ sequences are laid out on its devices. They meet in four types:
 
     Sample      one segment to train: ids, loss mask, rollout logprobs, its advantage and
                 weight, image refs and sizes, the sampling settings its logprobs used
-    MicroBatch  samples that go through the model together (one temperature/top-p)
+    MicroBatch  samples that go through the model together (one temperature/top-p), and
+                which of them share a prompt prefix (`PrefixRun`, a layout hint a backend
+                that `shares_prefixes` computes once; see consumers/trainer/shared_prefix.py)
     TokenBatch  a backend's forward output, aligned over trained positions as [rows, T]
                 tensors with a 0/1 mask: exactly what `grpo.grpo_token_loss` takes
     LossFn      TokenBatch -> (scalar loss, stat sums); a backend calls it per micro-batch
@@ -27,7 +29,15 @@ import numpy as np
 
 from runtime.policy.processor import PolicyProcessor
 
-__all__ = ["Sample", "MicroBatch", "TokenBatch", "LossFn", "ImageLoader", "TrainerBackend"]
+__all__ = [
+    "Sample",
+    "PrefixRun",
+    "MicroBatch",
+    "TokenBatch",
+    "LossFn",
+    "ImageLoader",
+    "TrainerBackend",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,12 +63,21 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class PrefixRun:
+    """Samples (indices into a micro-batch) whose first `shared` tokens are the same."""
+
+    members: tuple[int, ...]
+    shared: int  # tokens computed once for all members (0: none); no trained position among them
+
+
+@dataclass(frozen=True)
 class MicroBatch:
     """Samples that share one forward pass (and so one temperature and top-p)."""
 
     samples: tuple[Sample, ...]
     temperature: float = 1.0
     top_p: float = 1.0
+    runs: tuple[PrefixRun, ...] = ()  # samples not in a run are computed as rows of their own
 
 
 @dataclass
@@ -82,6 +101,7 @@ class TrainerBackend(Protocol):
     """What the trainer service needs from a backend."""
 
     name: str
+    shares_prefixes: bool  # computes each MicroBatch run's prefix once (packing budgets for it)
 
     @property
     def processor(self) -> PolicyProcessor:

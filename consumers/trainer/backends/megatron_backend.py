@@ -113,6 +113,7 @@ class MegatronBackend:
     """megatron-core trainer backend; see the module docstring."""
 
     name = "megatron"
+    shares_prefixes = False  # packs its own sequences; MicroBatch runs are ignored
 
     def __init__(self, config: MegatronBackendConfig | None = None) -> None:
         self.config = config or MegatronBackendConfig()

@@ -14,6 +14,13 @@ checkpointing is on (transformers only checkpoints in train mode).
 
 The vision tower (`visual`, `vision_tower`, `vision_model`) is frozen by default: its
 activations then carry no autograd graph either.
+
+Shared prefixes (text-only policies, `share_prefixes`): a micro-batch's runs
+(consumers/trainer/shared_prefix.py) go through the model as one forward over the common
+prefix, whose keys and values (with their autograd graph) the members' branches, packed
+end to end in one row under a block-causal mask, attend to in a second forward; the other
+samples are left-padded rows as before. Logprobs and gradients equal the rows' to float rounding (tested); a GRPO group's
+shared first prompt is then computed once instead of n times (bench/shared_prefix.py).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, TokenBatch
+from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, Sample, TokenBatch
 from runtime.errors import PolicyError
 from runtime.policy.logprobs import model_inputs, sampling_logprobs
 from runtime.policy.model import load_policy
@@ -53,8 +60,16 @@ class TorchBackendConfig:
     device: str = "cpu"
     freeze_vision: bool = True  # the vision tower (and its merger) stays as it is
     gradient_checkpointing: bool = False  # trade compute for activation memory
+    share_prefixes: bool = True  # compute a prompt prefix that samples share once (text-only)
     entropy: bool = True  # compute the sampling entropy per token (a metric)
     entropy_grad: bool = False  # ...with gradients (only for a non-zero entropy bonus)
+
+
+def _rows(values: list[Any], width: int) -> Any:
+    """Per-row 1-D tensors stacked into [rows, width], zero-padded on the right."""
+    import torch
+
+    return torch.stack([torch.nn.functional.pad(v, (0, width - v.shape[0])) for v in values])
 
 
 def _is_processor_file(name: str) -> bool:
@@ -130,6 +145,15 @@ class TorchBackend:
             for group in self.optimizer.param_groups:
                 group.update(lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
 
+    @property
+    def shares_prefixes(self) -> bool:
+        """Whether MicroBatch runs get their prefix computed once: for a loaded text-only
+        policy (images need multimodal positions), not under gradient checkpointing (which
+        turns the key/value cache off)."""
+        cfg = self.config
+        text_only = self._processor is not None and not self._processor.is_multimodal
+        return cfg.share_prefixes and not cfg.gradient_checkpointing and text_only
+
     def trainable_parameters(self) -> int:
         """How many parameters the optimizer updates."""
         return sum(p.numel() for p in self._trainable)
@@ -146,40 +170,110 @@ class TorchBackend:
         import torch
 
         samples = batch.samples
-        inputs = model_inputs(
-            self.processor, [s.ids.tolist() for s in samples], [images(s) for s in samples],
-            self.pad_id,
-        )  # fmt: skip
-        width = int(inputs["input_ids"].shape[1])
-        # Trained positions of every row in the left-padded layout; the forward projects
-        # their union through the vocabulary head, each row then keeps its own.
-        rows = [np.flatnonzero(s.mask) + (width - len(s.ids)) for s in samples]
         if any(s.mask[0] for s in samples if len(s.mask)):
             raise PolicyError("a trained position 0 has no prefix to predict it from")
-        targets = np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
-        mask = torch.zeros((len(samples), len(targets)))
-        old = torch.zeros((len(samples), len(targets)))
-        for i, (cols_abs, s) in enumerate(zip(rows, samples, strict=True)):
-            cols = np.searchsorted(targets, cols_abs)
-            mask[i, cols] = 1.0
-            old[i, cols] = torch.from_numpy(
-                s.old_logprobs[np.flatnonzero(s.mask)].astype(np.float32)
-            )
-        target_t = torch.from_numpy(targets.astype(np.int64))
-        logp, entropy = self._logprobs(self.model, inputs, target_t, batch, entropy=True)
-        ref = None
-        if self.reference is not None:
-            with torch.no_grad():
-                ref, _ = self._logprobs(self.reference, inputs, target_t, batch, entropy=False)
+        runs = [r for r in batch.runs if r.shared > 0 and len(r.members) > 1]
+        runs = runs if self.shares_prefixes else []  # else every sample is a row of its own
+        in_runs = {i for r in runs for i in r.members}
+        parts = [(tuple(i for i in range(len(samples)) if i not in in_runs), 0)]
+        parts += [(r.members, r.shared) for r in runs]
+        logp: list[Any] = [None] * len(samples)  # per sample: [its trained tokens]
+        entropy: list[Any] = [None] * len(samples)
+        ref: list[Any] = [None] * len(samples)
+        for members, shared in parts:
+            if not members:
+                continue
+            rows = [samples[i] for i in members]
+            part_logp, part_entropy = self._part(self.model, rows, shared, batch, images, True)
+            part_ref: list[Any] = [None] * len(rows)
+            if self.reference is not None:
+                with torch.no_grad():
+                    part_ref, _ = self._part(self.reference, rows, shared, batch, images, False)
+            for j, i in enumerate(members):
+                logp[i], entropy[i], ref[i] = part_logp[j], part_entropy[j], part_ref[j]
+        counts = [s.tokens for s in samples]
+        width = max(counts, default=0)
+        mask = torch.zeros((len(samples), width))
+        old = torch.zeros((len(samples), width))
+        for i, s in enumerate(samples):
+            mask[i, : counts[i]] = 1.0
+            old[i, : counts[i]] = torch.from_numpy(s.old_logprobs[s.mask].astype(np.float32))
         return TokenBatch(
-            logp=logp,
+            logp=_rows(logp, width),
             old_logp=old,
             mask=mask,
             advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32),
             weights=torch.tensor([s.weight for s in samples], dtype=torch.float32),
-            ref_logp=ref,
-            entropy=entropy,
+            ref_logp=_rows(ref, width) if self.reference is not None else None,
+            entropy=_rows(entropy, width) if entropy and entropy[0] is not None else None,
         )
+
+    def _part(
+        self, model: Any, rows: list[Sample], shared: int, batch: MicroBatch,
+        images: ImageLoader, entropy: bool,
+    ) -> tuple[list[Any], list[Any]]:  # fmt: skip
+        """Per row, logprobs (and entropy) at its trained positions, in order: as left-padded
+        rows of their own (`shared` 0), or around a prefix of `shared` tokens computed once."""
+        import torch
+
+        if shared:
+            inputs, places = self._branch_inputs(model, rows, shared)
+        else:
+            inputs = model_inputs(self.processor, [s.ids.tolist() for s in rows],
+                                  [images(s) for s in rows], self.pad_id)  # fmt: skip
+            width = int(inputs["input_ids"].shape[1])
+            places = [
+                (i, np.flatnonzero(s.mask) + (width - len(s.ids))) for i, s in enumerate(rows)
+            ]
+        # The forward projects the union of the trained positions through the vocabulary
+        # head; each sample then keeps its own (row, columns).
+        targets = np.unique(np.concatenate([cols for _, cols in places]))
+        logp_all, ent_all = self._logprobs(
+            model, inputs, torch.from_numpy(targets.astype(np.int64)), batch, entropy
+        )
+        out_logp, out_entropy = [], []
+        for row, cols_abs in places:
+            cols = torch.from_numpy(np.searchsorted(targets, cols_abs).astype(np.int64))
+            out_logp.append(logp_all[row, cols])
+            out_entropy.append(ent_all[row, cols] if ent_all is not None else None)
+        return out_logp, out_entropy
+
+    def _branch_inputs(
+        self, model: Any, rows: list[Sample], shared: int
+    ) -> tuple[dict[str, Any], list[tuple[int, np.ndarray]]]:
+        """One row holding the branches that follow the rows' common prefix, end to end,
+        whose keys and values one forward computes (with gradients when enabled); each
+        branch attends to the prefix and causally to itself, at the positions it has in its
+        own sequence. No branch is padded."""
+        import torch
+
+        device = self.config.device
+        prefix = torch.from_numpy(rows[0].ids[:shared].astype(np.int64))[None].to(device)
+        past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
+        lengths = [len(s.ids) - shared for s in rows]
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        total = int(sum(lengths))
+        ids = torch.from_numpy(np.concatenate([s.ids[shared:] for s in rows]).astype(np.int64))
+        positions = torch.from_numpy(
+            np.concatenate([np.arange(shared, shared + n) for n in lengths]).astype(np.int64)
+        )
+        # Which branch each packed token belongs to: a token sees the prefix, and the tokens
+        # of its own branch up to itself.
+        branch = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(lengths))
+        own = (branch[:, None] == branch[None, :]) & torch.ones(
+            total, total, dtype=torch.bool
+        ).tril()
+        mask = torch.cat([torch.ones(total, shared, dtype=torch.bool), own], dim=1)
+        inputs = {
+            "input_ids": ids[None],
+            "attention_mask": mask[None, None],
+            "position_ids": positions[None],
+            "past_key_values": past,
+        }
+        return inputs, [
+            (0, np.flatnonzero(s.mask) - shared + start)
+            for s, start in zip(rows, starts, strict=True)
+        ]
 
     def _logprobs(
         self, model: Any, inputs: dict[str, Any], targets: Any, batch: MicroBatch, entropy: bool
@@ -191,12 +285,14 @@ class TorchBackend:
             inputs = {**inputs, "pixel_values": inputs["pixel_values"].to(dtype)}
         inputs = {k: v.to(self.config.device) if hasattr(v, "to") else v for k, v in inputs.items()}
         targets = targets.to(self.config.device)
-        logits = model(**inputs, use_cache=False, logits_to_keep=targets - 1).logits.float()
+        # A branch batch attends to a prefix held in `past_key_values` (its mask covers the
+        # prefix too, its ids and trained positions only the branch): the cache must be on.
+        use_cache = "past_key_values" in inputs
+        logits = model(**inputs, use_cache=use_cache, logits_to_keep=targets - 1).logits.float()
         logp_all = sampling_logprobs(logits, batch.temperature, batch.top_p)
         del logits
         ids = inputs["input_ids"]
         picked = logp_all.gather(-1, ids[:, targets].unsqueeze(-1)).squeeze(-1)
-        picked = picked * inputs["attention_mask"][:, targets]
         ent = None
         if entropy and self.config.entropy:
             with torch.set_grad_enabled(self.config.entropy_grad and torch.is_grad_enabled()):

@@ -74,9 +74,13 @@ async def test_the_trainer_trains_complete_groups_and_announces_a_loadable_check
         "segments",
         "adv_mean",
         "step_time_s",
+        "sequence_tokens",
+        "computed_tokens",
     ):
         assert key in update.metrics, key
     assert update.metrics["groups"] == 2 and update.metrics["env_failures"] == 1
+    # The tiny policy sees images: no prefix sharing, every row padded to its pass's longest.
+    assert update.metrics["computed_tokens"] >= update.metrics["sequence_tokens"] > 0
     # The checkpoint is an HF folder the policy loader reads, with the trained weights.
     meta = json.loads((Path(update.checkpoint_uri) / METADATA).read_text())
     assert meta["groups"] == ["ga", "gb"] and meta["policy_version"] == 1
