@@ -9,7 +9,10 @@ same samples and weights:
 
 - rows: every segment a left-padded row of its own (`pack_micro_batches`), the baseline;
 - shared prefix: the first prompt computed once per group (`pack_shared`), every
-  rollout's branch attending to it;
+  rollout's branch attending to it, the branches packed into rows of about 512 tokens
+  (the backend's default `branch_row_tokens`);
+- shared prefix, all of a pass's branches in one row (`branch_row_tokens` unbounded): the
+  same tokens, but the dense attention of one long row;
 
 each as one GRPO step (forward, backward, AdamW) with micro-batches of `--micro-batch-tokens`.
 The table gives the tokens each layout computes and the step's seconds; `speedup` is rows'
@@ -25,6 +28,7 @@ import json
 import resource
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -104,9 +108,14 @@ def main() -> int:
         return grpo_token_loss(tb.logp, tb.old_logp, tb.advantages, tb.mask, config,
                                num_tokens=trained, weights=tb.weights, entropy=tb.entropy)  # fmt: skip
 
-    layouts = {
-        "rows (each segment its own row)": pack_micro_batches(samples, args.micro_batch_tokens, 4),
-        "shared prefix (once per group)": pack_shared(samples, args.micro_batch_tokens, 4),
+    shared = pack_shared(samples, args.micro_batch_tokens, 4)
+    layouts = {  # name: (micro-batches, branch_row_tokens)
+        "rows (each segment its own row)": (
+            pack_micro_batches(samples, args.micro_batch_tokens, 4),
+            512,
+        ),
+        "shared prefix, branch rows of 512": (shared, 512),
+        "shared prefix, branches in one row": (shared, 1 << 30),
     }
     rows = []
     # Alternate the layouts so drift in the machine's speed hits both alike.
@@ -114,12 +123,13 @@ def main() -> int:
     # Warm-up on one short sample: AdamW allocates its state at its first step.
     backend.step(pack_micro_batches(samples[:1], 1 << 30, 1), loss_fn, lambda s: [])
     for _ in range(repeats):
-        for name, batches in layouts.items():
+        for name, (batches, row_tokens) in layouts.items():
+            backend.config = replace(backend.config, branch_row_tokens=row_tokens)
             started = time.perf_counter()
             result = backend.step(batches, loss_fn, lambda s: [])
             times[name].append(time.perf_counter() - started)
             del result
-    for name, batches in layouts.items():
+    for name, (batches, _) in layouts.items():
         seconds = min(times[name])
         rows.append({"layout": name, "micro_batches": len(batches),
                      "computed_tokens": sum(batch_cost(b) for b in batches),

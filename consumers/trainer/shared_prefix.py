@@ -6,7 +6,9 @@ to. Trained as separate rows, that prompt goes through the model n times. Comput
 its keys and values serve every rollout of the group: one forward computes the prefix, a
 second one the rollouts' remainders (their branches) packed end to end in one row, each
 attending to the prefix's keys and values and causally to its own tokens, at the positions
-it has in its own sequence; backward sends each branch's gradient into the one prefix. The
+it has in its own sequence (`pack_branches` packs them into rows of a few hundred tokens, because the
+attention of a packed row is dense under its mask); backward sends each branch's gradient
+into the one prefix. The
 logprobs and gradients are those of the separate rows (the same attention, the same
 positions; equal to float rounding), and no token is padding.
 
@@ -43,6 +45,7 @@ __all__ = [
     "run_cost",
     "batch_cost",
     "pack_shared",
+    "pack_branches",
 ]
 
 
@@ -136,6 +139,23 @@ def pack_shared(
         if current:
             batches.append(_micro_batch(current, temperature, top_p))
     return batches
+
+
+def pack_branches(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+    """Branch indices packed into rows of at most `capacity` tokens (first fit, longest
+    first); a branch longer than the capacity gets a row of its own."""
+    rows: list[list[int]] = []
+    free: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        for r, room in enumerate(free):
+            if lengths[i] <= room:
+                rows[r].append(i)
+                free[r] -= lengths[i]
+                break
+        else:
+            rows.append([i])
+            free.append(capacity - lengths[i])
+    return rows
 
 
 def _chunks(members: list[Sample], shared: int, max_tokens: int) -> list[tuple[list[Sample], int]]:

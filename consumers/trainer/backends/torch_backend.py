@@ -18,8 +18,8 @@ activations then carry no autograd graph either.
 Shared prefixes (text-only policies, `share_prefixes`): a micro-batch's runs
 (consumers/trainer/shared_prefix.py) go through the model as one forward over the common
 prefix, whose keys and values (with their autograd graph) the members' branches, packed
-end to end in one row under a block-causal mask, attend to in a second forward; the other
-samples are left-padded rows as before. Logprobs and gradients equal the rows' to float rounding (tested); a GRPO group's
+end to end into rows of about `branch_row_tokens` under a block-causal mask, attend to in
+a second forward; the other samples are left-padded rows as before. Logprobs and gradients equal the rows' to float rounding (tested); a GRPO group's
 shared first prompt is then computed once instead of n times (bench/shared_prefix.py).
 """
 
@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, Sample, TokenBatch
+from consumers.trainer.shared_prefix import pack_branches
 from runtime.errors import PolicyError
 from runtime.policy.logprobs import model_inputs, sampling_logprobs
 from runtime.policy.model import load_policy
@@ -61,6 +62,7 @@ class TorchBackendConfig:
     freeze_vision: bool = True  # the vision tower (and its merger) stays as it is
     gradient_checkpointing: bool = False  # trade compute for activation memory
     share_prefixes: bool = True  # compute a prompt prefix that samples share once (text-only)
+    branch_row_tokens: int = 512  # ...packing the branches after it into rows of about this
     entropy: bool = True  # compute the sampling entropy per token (a metric)
     entropy_grad: bool = False  # ...with gradients (only for a non-zero entropy bonus)
 
@@ -241,39 +243,45 @@ class TorchBackend:
     def _branch_inputs(
         self, model: Any, rows: list[Sample], shared: int
     ) -> tuple[dict[str, Any], list[tuple[int, np.ndarray]]]:
-        """One row holding the branches that follow the rows' common prefix, end to end,
-        whose keys and values one forward computes (with gradients when enabled); each
-        branch attends to the prefix and causally to itself, at the positions it has in its
-        own sequence. No branch is padded."""
+        """Rows of the branches that follow the samples' common prefix, packed end to end,
+        and the prefix's keys and values, computed by one forward (with gradients when
+        enabled). Each branch attends to the prefix and causally to itself, at the
+        positions it has in its own sequence."""
         import torch
 
         device = self.config.device
         prefix = torch.from_numpy(rows[0].ids[:shared].astype(np.int64))[None].to(device)
         past = model(input_ids=prefix, use_cache=True, logits_to_keep=1).past_key_values
         lengths = [len(s.ids) - shared for s in rows]
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
-        total = int(sum(lengths))
-        ids = torch.from_numpy(np.concatenate([s.ids[shared:] for s in rows]).astype(np.int64))
-        positions = torch.from_numpy(
-            np.concatenate([np.arange(shared, shared + n) for n in lengths]).astype(np.int64)
-        )
-        # Which branch each packed token belongs to: a token sees the prefix, and the tokens
-        # of its own branch up to itself.
-        branch = torch.repeat_interleave(torch.arange(len(rows)), torch.tensor(lengths))
-        own = (branch[:, None] == branch[None, :]) & torch.ones(
-            total, total, dtype=torch.bool
-        ).tril()
-        mask = torch.cat([torch.ones(total, shared, dtype=torch.bool), own], dim=1)
+        # Short packed rows: attention is dense under the mask, so a long row would pay for
+        # every pair of its tokens.
+        bins = pack_branches(lengths, max(self.config.branch_row_tokens, max(lengths)))
+        width = max(sum(lengths[i] for i in b) for b in bins)
+        ids = torch.full((len(bins), width), self.pad_id, dtype=torch.long)
+        positions = torch.zeros((len(bins), width), dtype=torch.long)
+        owner = torch.full((len(bins), width), -1, dtype=torch.long)  # branch per token
+        places: list[tuple[int, np.ndarray]] = [(0, np.zeros(0, np.int64))] * len(rows)
+        for r, members in enumerate(bins):
+            offset = 0
+            for i in members:
+                n, s = lengths[i], rows[i]
+                ids[r, offset : offset + n] = torch.from_numpy(s.ids[shared:].astype(np.int64))
+                positions[r, offset : offset + n] = torch.arange(shared, shared + n)
+                owner[r, offset : offset + n] = i
+                places[i] = (r, np.flatnonzero(s.mask) - shared + offset)
+                offset += n
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        own = (owner[:, :, None] == owner[:, None, :]) & causal & (owner[:, :, None] >= 0)
+        # Every query sees the prefix (padding too, so no row of the softmax is empty).
+        mask = torch.cat([torch.ones(len(bins), width, shared, dtype=torch.bool), own], dim=2)
+        past.batch_repeat_interleave(len(bins))
         inputs = {
-            "input_ids": ids[None],
-            "attention_mask": mask[None, None],
-            "position_ids": positions[None],
+            "input_ids": ids,
+            "attention_mask": mask[:, None],
+            "position_ids": positions,
             "past_key_values": past,
         }
-        return inputs, [
-            (0, np.flatnonzero(s.mask) - shared + start)
-            for s, start in zip(rows, starts, strict=True)
-        ]
+        return inputs, places
 
     def _logprobs(
         self, model: Any, inputs: dict[str, Any], targets: Any, batch: MicroBatch, entropy: bool

@@ -3,6 +3,8 @@ torch backend's logprobs and gradients equal to computing every sample as its ow
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -12,6 +14,7 @@ from consumers.trainer.backends.torch_backend import TorchBackend
 from consumers.trainer.grpo import GRPOConfig, grpo_token_loss
 from consumers.trainer.shared_prefix import (
     common_prefix,
+    pack_branches,
     pack_shared,
     prefix_runs,
     run_cost,
@@ -96,6 +99,15 @@ def test_packing_keeps_every_pass_under_the_budget_and_every_sample_once() -> No
     assert len(runs) >= 4 and all(1 < len(r.members) < 8 for r in runs)
 
 
+def test_branches_pack_into_rows_under_the_capacity() -> None:
+    lengths = [300, 120, 250, 90, 700, 60, 200]
+    rows = pack_branches(lengths, 512)
+    assert sorted(i for r in rows for i in r) == list(range(len(lengths)))
+    assert [4] in rows  # longer than the capacity: a row of its own
+    assert all(sum(lengths[i] for i in r) <= 512 for r in rows if r != [4])
+    assert len(rows) == 4  # 700 | 300+200 | 250+120+90 | 60 (first fit, longest first)
+
+
 def test_samples_of_other_sampling_settings_never_share_a_pass() -> None:
     prefix = list(range(50))
     warm = [Sample(s.ids, s.mask, s.old_logprobs, temperature=0.7) for s in _group(prefix, 3, 6)]
@@ -159,10 +171,12 @@ def _forward(backend: TorchBackend, batch: MicroBatch) -> tuple[dict, dict]:
     return values, grads
 
 
+@pytest.mark.parametrize("row_tokens", [512, 40])  # all branches in one row; several rows
 def test_a_shared_prefix_gives_the_logprobs_and_gradients_of_separate_rows(
-    smollm2: TorchBackend,
+    smollm2: TorchBackend, row_tokens: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert smollm2.shares_prefixes
+    monkeypatch.setattr(smollm2, "config", replace(smollm2.config, branch_row_tokens=row_tokens))
     samples = _chat_group(smollm2, 5)
     [shared] = pack_shared(samples, 100_000, 4)
     assert len(shared.runs) == 1 and len(shared.runs[0].members) == 5 and shared.runs[0].shared > 40
