@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from consumers.evaluation.stats import Outcome
 from runtime.config import BusSettings
+from runtime.errors import ConfigError
 from topics.events import Reward, RolloutRequest, TaskEvent
 
 __all__ = ["EvalConfig", "evaluate_policy"]
@@ -47,8 +48,6 @@ class EvalConfig:
     temperature: float = 0.0  # 0: greedy
 
     def __post_init__(self) -> None:
-        from runtime.errors import ConfigError
-
         if self.samples < 1:
             raise ConfigError(f"samples must be at least 1, not {self.samples}")
         if self.temperature < 0:
