@@ -79,8 +79,11 @@ def test_eval_on_held_out_family_instances_reports_held_out_families_apart(tmp_p
 def test_sampled_eval_plays_each_task_as_a_group_and_reports_pass_at_k(tmp_path: Path) -> None:
     folder = tmp_path / "tasks"
     folder.mkdir()
+    # Renamed so the scripted policy cannot find the pool's solution by id: only the task
+    # that carries its solution can pass.
     for task_id, solved in (("terminal_mkdir_projects", True), ("terminal_create_empty_notes", False)):  # fmt: skip
         task = json.loads((POOL_DIR / f"{task_id}.json").read_text())
+        task["id"] = f"copy-{task_id}"
         if solved:
             task["solution"] = reference_solution(task_id)
         (folder / f"{task_id}.json").write_text(json.dumps(task))
@@ -98,7 +101,7 @@ def test_sampled_eval_plays_each_task_as_a_group_and_reports_pass_at_k(tmp_path:
     assert result["n"] == 6 and result["tasks"] == 2 and result["passed"] == 3, result
     assert result["pass_at_k"] == {"1": 0.5, "2": 0.5, "3": 0.5}
     samples = sorted((o["task_id"], o["sample"]) for o in result["outcomes"])
-    assert samples == [(t, i) for t in sorted(p.stem for p in folder.iterdir()) for i in range(3)]
+    assert samples == [(f"copy-{p.stem}", i) for p in sorted(folder.iterdir()) for i in range(3)]
 
 
 def test_samples_without_a_temperature_are_refused(tmp_path: Path) -> None:
