@@ -567,7 +567,9 @@ def main() -> int:
     p.add_argument("--in-flight", type=int, default=1, help="batches requested ahead")
     p.add_argument("--max-lag", type=int, default=2, help="staleness bound (policy versions)")
     p.add_argument("--kl-coef", type=float, default=0.0, help="KL penalty (paper 1e-4)")
-    p.add_argument("--temperature", type=float, default=1.0, help="rollout temperature")
+    # 0.6, not 1.0: from a warm start whose greedy answers beat its samples, rollouts at
+    # 1.0 trained a policy the greedy evaluation does not play (docs/learning.md).
+    p.add_argument("--temperature", type=float, default=0.6, help="rollout temperature")
     p.add_argument("--max-steps", type=int, default=5, help="turns per episode")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per turn")
     p.add_argument("--max-batch", type=int, default=16, help="generation batch (engine)")
