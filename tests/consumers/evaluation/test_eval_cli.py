@@ -15,20 +15,32 @@ from runtime.envs.tasks.builtin import POOL_DIR, reference_solution
 pytestmark = pytest.mark.desktop
 
 
-def test_eval_scores_a_folder_of_tasks_with_an_interval_and_per_app_rates(tmp_path: Path) -> None:
+def _task_folder(tmp_path: Path, solved: tuple[str, ...], unsolved: tuple[str, ...]) -> Path:
+    """A folder of copies of pool tasks, the `solved` ones carrying their reference solution."""
     folder = tmp_path / "tasks"
     folder.mkdir()
-    # Two terminal tasks carry their solution (the scripted policy plays it and passes); the
-    # third has none (the scripted policy answers fail). None reads files of the pool folder.
-    for task_id, solved in (("terminal_write_json_config", True), ("terminal_mkdir_projects", True),
-                            ("terminal_create_empty_notes", False)):  # fmt: skip
+    # Renamed so the scripted policy cannot find the pool's solution by id: a task carrying
+    # its solution passes (the scripted policy plays it), one without fails.
+    for task_id in solved + unsolved:
         task = json.loads((POOL_DIR / f"{task_id}.json").read_text())
         task["id"] = f"copy-{task_id}"
-        if solved:
+        if task_id in solved:
             task["solution"] = reference_solution(task_id)
         (folder / f"{task_id}.json").write_text(json.dumps(task))
+    return folder
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    """The environment of an eval subprocess with a home of its own."""
     env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
     env.pop("SCALECUA_BOOTSTRAP", None)
+    return env
+
+
+def test_eval_scores_a_folder_of_tasks_with_an_interval_and_per_app_rates(tmp_path: Path) -> None:
+    folder = _task_folder(tmp_path, solved=("terminal_write_json_config", "terminal_mkdir_projects"),
+                          unsolved=("terminal_create_empty_notes",))  # fmt: skip
+    env = _env(tmp_path)
     out = tmp_path / "result.json"
     run = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "eval", "--policy", "scripted", "--tasks",
@@ -61,8 +73,7 @@ def test_eval_without_tasks_says_so(tmp_path: Path) -> None:
 
 
 def test_eval_on_held_out_family_instances_reports_held_out_families_apart(tmp_path: Path) -> None:
-    env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
-    env.pop("SCALECUA_BOOTSTRAP", None)
+    env = _env(tmp_path)
     run = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "eval", "--policy", "scripted", "--split",
          "heldout", "--n", "4", "--families", "copy_file", "echo_to_file", "--max-steps", "6"],
@@ -77,18 +88,9 @@ def test_eval_on_held_out_family_instances_reports_held_out_families_apart(tmp_p
 
 
 def test_sampled_eval_plays_each_task_as_a_group_and_reports_pass_at_k(tmp_path: Path) -> None:
-    folder = tmp_path / "tasks"
-    folder.mkdir()
-    # Renamed so the scripted policy cannot find the pool's solution by id: only the task
-    # that carries its solution can pass.
-    for task_id, solved in (("terminal_mkdir_projects", True), ("terminal_create_empty_notes", False)):  # fmt: skip
-        task = json.loads((POOL_DIR / f"{task_id}.json").read_text())
-        task["id"] = f"copy-{task_id}"
-        if solved:
-            task["solution"] = reference_solution(task_id)
-        (folder / f"{task_id}.json").write_text(json.dumps(task))
-    env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
-    env.pop("SCALECUA_BOOTSTRAP", None)
+    folder = _task_folder(tmp_path, solved=("terminal_mkdir_projects",),
+                          unsolved=("terminal_create_empty_notes",))  # fmt: skip
+    env = _env(tmp_path)
     run = subprocess.run(
         [sys.executable, "-m", "runtime.cli", "eval", "--policy", "scripted", "--tasks",
          str(folder), "--desktops", "2", "--max-steps", "15", "--samples", "3",
