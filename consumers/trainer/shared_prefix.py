@@ -4,13 +4,12 @@ The n rollouts of a GRPO group start from the same prompt: the system prompt, th
 instruction and the first observation of a desktop that every rollout of the task resets
 to. Trained as separate rows, that prompt goes through the model n times. Computed once,
 its keys and values serve every rollout of the group: one forward computes the prefix, a
-second one the rollouts' remainders (their branches) packed end to end in one row, each
-attending to the prefix's keys and values and causally to its own tokens, at the positions
-it has in its own sequence (`pack_branches` packs them into rows of a few hundred tokens, because the
-attention of a packed row is dense under its mask); backward sends each branch's gradient
-into the one prefix. The
-logprobs and gradients are those of the separate rows (the same attention, the same
-positions; equal to float rounding), and no token is padding.
+second one the rollouts' remainders (their branches) packed end to end into rows of a few
+hundred tokens (`pack_branches`; the attention of a packed row is dense under its mask),
+each attending to the prefix's keys and values and causally to its own tokens, at the
+positions it has in its own sequence; backward sends each branch's gradient into the one
+prefix. The logprobs and gradients are those of the separate rows (the same attention,
+the same positions; equal to float rounding); only the tails of the packed rows are padding.
 
 A run is a set of samples computed together around one shared prefix of `shared` tokens.
 The prefix must hold no trained position and must leave at least one untrained token to

@@ -19,8 +19,9 @@ Shared prefixes (text-only policies, `share_prefixes`): a micro-batch's runs
 (consumers/trainer/shared_prefix.py) go through the model as one forward over the common
 prefix, whose keys and values (with their autograd graph) the members' branches, packed
 end to end into rows of about `branch_row_tokens` under a block-causal mask, attend to in
-a second forward; the other samples are left-padded rows as before. Logprobs and gradients equal the rows' to float rounding (tested); a GRPO group's
-shared first prompt is then computed once instead of n times (bench/shared_prefix.py).
+a second forward; the other samples are left-padded rows as before. Logprobs and
+gradients equal the rows' to float rounding (tested); a GRPO group's shared first prompt
+is then computed once instead of n times (bench/shared_prefix.py).
 """
 
 from __future__ import annotations
