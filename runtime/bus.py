@@ -2,6 +2,16 @@
 
 Every broker call is bounded in time, so a down broker gives a BrokerError within seconds
 instead of a hang. Settings work on both Tansu and Apache Kafka (see BusSettings).
+
+A group member on the embedded broker (Tansu) never sends LeaveGroup when it stops. Tansu
+0.6 forgets to clear a departed leader when the leader leaves a group that is already
+re-forming (a follower left first): every later member is then told to wait for that
+leader's assignment forever (SyncGroup error 27, REBALANCE_IN_PROGRESS), so two members
+stopped at the same moment wedged their group for good in 3 of 5 tries. A member that
+simply goes silent is removed by the broker's session timeout, whose path clears the
+leader correctly; the cost is that its partitions move after the session timeout (3 s)
+instead of at once. tests/runtime/test_group_membership.py pins both the broker's
+behaviour and the workaround.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.errors import KafkaError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, SchemaError
@@ -24,9 +35,11 @@ from topics.codec import decode, encode
 from topics.events import Event
 from topics.registry import topic
 
-__all__ = ["Record", "EventProducer", "EventConsumer", "TopicPartition"]
+__all__ = ["Record", "EventProducer", "EventConsumer", "TopicPartition", "cluster_id"]
 
 log = logging.getLogger(__name__)
+
+_TANSU_CLUSTER_PREFIX = "tansu"  # Tansu's cluster id is "tansu_cluster" unless configured
 
 
 @dataclass(frozen=True)
@@ -187,8 +200,22 @@ class EventProducer(_Client):
             await self.abort()
 
 
+async def cluster_id(client: object) -> str | None:
+    """Return the cluster id the broker reports in its metadata (None if it reports none)."""
+    node = client.get_random_node()  # an aiokafka AIOKafkaClient
+    if node is None:
+        return None
+    response = await client.send(node, MetadataRequest([]))
+    return getattr(response, "cluster_id", None)
+
+
 class EventConsumer(_Client):
-    """Reads topics in a consumer group (or by manual assignment) with manual commits."""
+    """Reads topics in a consumer group (or by manual assignment) with manual commits.
+
+    With a group and topics, `start()` returns once the group has assigned partitions;
+    `join_on_start=False` returns once connected, and the caller subscribes (joining then
+    happens while it polls, for as long as the group takes).
+    """
 
     _kind = "consumer"
     _close_timeout_s = 10.0
@@ -201,13 +228,15 @@ class EventConsumer(_Client):
         *,
         from_beginning: bool = True,
         co_partitioned: bool = False,
+        join_on_start: bool = True,
     ) -> None:
         for name in topics:
             topic(name)  # fail early on unknown topics
         self.topics = topics
         self.group_id = group_id
+        self.leaves_group = True  # whether stop() sends LeaveGroup (see the module doc)
         consumer = AIOKafkaConsumer(
-            *(topics if group_id else ()),
+            *(topics if group_id and join_on_start else ()),
             bootstrap_servers=settings.bootstrap,
             client_id=settings.client_id,
             group_id=group_id,
@@ -227,6 +256,37 @@ class EventConsumer(_Client):
         )
         super().__init__(settings, consumer)
         self._consumer = consumer
+
+    async def start(self) -> Self:
+        """Connect (and, with topics and a group, join it), or raise BrokerError in time."""
+        await super().start()
+        if self.group_id is not None:
+            await self._decide_leaving()
+        return self
+
+    async def _decide_leaving(self) -> None:
+        """On Tansu, stop without LeaveGroup: the broker's session timeout removes us safely."""
+        leave = self.settings.leave_group_on_stop
+        if leave is None:
+            try:
+                found = await _bounded(
+                    cluster_id(self._consumer._client), self.settings.connect_timeout_s,
+                    "reading the cluster id",
+                )  # fmt: skip
+            except BrokerError as exc:
+                log.debug("cluster id unknown (%s): leaving groups as usual", exc)
+                found = None
+            leave = not (found or "").startswith(_TANSU_CLUSTER_PREFIX)
+        if leave:
+            return
+        self.leaves_group = False
+        coordinator = self._consumer._coordinator
+
+        async def forget_membership() -> None:
+            # What aiokafka does after its LeaveGroup request, without the request.
+            coordinator.reset_generation()
+
+        coordinator._maybe_leave_group = forget_membership
 
     @property
     def raw(self) -> AIOKafkaConsumer:

@@ -88,6 +88,9 @@ class BusSettings:
     acks: str | int = "all"
     compression: str | None = None  # None, "gzip", "snappy", "lz4", "zstd"
     max_request_size: int = 32 * 1024 * 1024
+    # Whether a group member sends LeaveGroup when it stops; None: yes, except on the
+    # embedded broker (Tansu), where a leave can wedge the group (see runtime/bus.py).
+    leave_group_on_stop: bool | None = None
 
     @classmethod
     def from_env(cls, bootstrap: str | None = None) -> BusSettings:

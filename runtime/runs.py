@@ -15,24 +15,30 @@ event (`policy-updates`) is written again, and the new run records where it came
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 
+from aiokafka.errors import KafkaError
+
 from runtime.bus import EventConsumer, EventProducer, TopicPartition
 from runtime.config import BusSettings
-from runtime.errors import BrokerTimeout, ConfigError
+from runtime.errors import BrokerError, BrokerTimeout, ConfigError
 from topics.events import Event, RunStarted
 from topics.registry import RUNS, TOPICS, topic
 
 __all__ = [
     "new_run_id",
     "current_run",
+    "RunWatch",
     "ensure_run",
     "run_resolver",
     "reseed_events",
     "reseed_from_archive",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def new_run_id() -> str:
@@ -56,6 +62,83 @@ async def current_run(settings: BusSettings, timeout_s: float = 10.0) -> RunStar
             if await consumer.at_end([tp]):
                 return None  # read to the end: no run record
     raise BrokerTimeout(f"reading `{RUNS}` did not reach its end within {timeout_s:.0f}s")
+
+
+class RunWatch:
+    """Tells whether the log a client reads is still the incarnation it started on.
+
+    A restarted in-memory broker comes back empty on the same address: clients reconnect
+    without an error, but every position they hold belongs to the old log, and applying one
+    to the new log skips the records below it. The run record (offset 0 of `runs`) names
+    each incarnation; `verdict()` re-reads it (one fetch on a connection kept open) and
+    compares it with the run the client's positions belong to.
+    """
+
+    SAME, CHANGED, UNKNOWN = "same", "changed", "unknown"
+
+    def __init__(self, settings: BusSettings, timeout_s: float = 5.0) -> None:
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.run_id: str | None = None  # the run the client's positions belong to
+        self.latest: str | None = None  # what the last read found (None: no run record)
+        self._consumer: EventConsumer | None = None
+
+    async def start(self) -> RunWatch:
+        """Connect and learn the log's current run (None if it has no run record yet)."""
+        self._consumer = await EventConsumer(self.settings, [RUNS], group_id=None).start()
+        self.run_id = self.latest = await self.read()
+        return self
+
+    async def stop(self) -> None:
+        """Disconnect."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    async def read(self) -> str | None:
+        """Return the log's run id now (None: no run record); raise BrokerError if unreachable."""
+        consumer = self._consumer
+        if consumer is None:
+            raise BrokerError("the run watch is not started")
+        tp = TopicPartition(RUNS, 0)
+        if not await consumer.partitions_of(RUNS):
+            return None
+        if tp not in consumer.raw.assignment():
+            consumer.raw.assign([tp])
+        consumer.raw.seek(tp, 0)
+        consumer.raw.resume(tp)
+        try:
+            deadline = time.monotonic() + self.timeout_s
+            while time.monotonic() < deadline:
+                for record in await consumer.getmany(timeout_ms=100):
+                    if isinstance(record.event, RunStarted):
+                        return record.event.run_id
+                if await consumer.at_end([tp]):
+                    return None
+        finally:
+            consumer.raw.pause(tp)  # no fetching between reads
+        raise BrokerTimeout(f"reading `{RUNS}` did not finish within {self.timeout_s:.0f}s")
+
+    async def verdict(self) -> str:
+        """SAME, CHANGED (another run, or none where there was one) or UNKNOWN (unreachable).
+
+        A log without a run record that gets one keeps its positions: it is the same log,
+        named late. `latest` holds the run found; `accept()` makes it the client's run.
+        """
+        try:
+            found = await self.read()
+        except (BrokerError, KafkaError) as exc:
+            log.debug("reading the run record failed: %s", exc)
+            return self.UNKNOWN
+        self.latest = found
+        if self.run_id is None:
+            self.run_id = found
+            return self.SAME
+        return self.SAME if found == self.run_id else self.CHANGED
+
+    def accept(self) -> None:
+        """Take the run last found as the one the client's positions now belong to."""
+        self.run_id = self.latest
 
 
 async def ensure_run(
@@ -110,8 +193,9 @@ async def reseed_from_archive(
 ) -> tuple[str, dict[str, int]]:
     """Write the archived state of a run into the (fresh) log; return (run id, counts per topic).
 
-    `run_id` None means the newest run in the archive. Raises ConfigError when the archive
-    holds no run.
+    `run_id` None means the newest run that holds tasks: a run whose log never got any (a
+    broker restarted and stopped again before anything was imported) has nothing to resume.
+    Raises ConfigError when the archive holds no such run, naming the runs it has.
     """
     from runtime.archive.layout import table_to_events
     from runtime.archive.store import ArchiveStore
@@ -121,7 +205,13 @@ async def reseed_from_archive(
     if not runs:
         raise ConfigError(f"the archive at {archive} holds no run to resume")
     if run_id is None:
-        run_id = runs[-1]
+        with_tasks = await asyncio.to_thread(store.runs, "tasks")
+        if not with_tasks:
+            raise ConfigError(
+                f"no run in {archive} holds tasks, so none can be resumed; runs there: "
+                f"{', '.join(runs)} (name one to resume it anyway)"
+            )
+        run_id = with_tasks[-1]
     elif run_id not in runs:
         raise ConfigError(f"no run {run_id!r} in {archive}; runs there: {', '.join(runs)}")
     counts: dict[str, int] = {}

@@ -26,6 +26,15 @@ revoked partitions still in the fetched batch are skipped (their new owner reads
 the committed offset). Commits go only to partitions currently assigned, and a commit the
 group rejects mid-rebalance is logged, not fatal: those records are re-read later.
 
+A log that changes underneath: a restarted in-memory broker comes back empty on the same
+address, and every position the runner holds belongs to the old log. Before any commit (and
+at every rebalance, and every `run_check_interval_s`) the runner re-reads the log's run
+record (runtime/runs.py `RunWatch`); it never commits into a log whose run is not the one
+its positions came from. When the run changed, it drops what the processor holds for the
+old log (as on a revocation), tells a processor with `on_new_log(run_id)`, and reads the new
+log from its beginning, logging a warning that names both runs; commits the group made in
+the new log (all verified the same way) are trusted after a rebalance.
+
 Dedup: a processor with `dedup = True` never sees a record whose `dedup_id()` the runner
 already handled on that partition (compacted topics excepted: there the id names the
 latest version, not one occurrence). See runtime/dedup.py for how the window survives
@@ -53,6 +62,7 @@ from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
 from runtime.dedup import DedupWindow
 from runtime.errors import BrokerError, ConfigError, InfrastructureError, ServiceHalted
+from runtime.runs import RunWatch
 from topics.codec import encode
 from topics.events import DeadLetter, Event
 from topics.registry import DEAD_LETTER, topic
@@ -208,6 +218,7 @@ class ServiceRunner:
         metrics_port: int | None = None,
         retry: RetryPolicy | None = None,
         dedup_window: int = 10_000,
+        run_check_interval_s: float = 10.0,
     ) -> None:
         self.processor = processor
         self.settings = settings
@@ -221,6 +232,13 @@ class ServiceRunner:
         self.metrics_port = metrics_port  # serve GET /metrics here (Prometheus text)
         self.retry = retry or RetryPolicy()
         self.dedup_window = dedup_window  # ids remembered per partition when dedup is on
+        # Besides before every commit and at rebalances, check the log's run this often (an
+        # idle service commits nothing, so it would otherwise notice a new log only later).
+        self.run_check_interval_s = run_check_interval_s
+        self._watch: RunWatch | None = None
+        self._last_run_check = 0.0
+        self._log_changed = False  # the run record says our positions belong to another log
+        self._rewound: set[TopicPartition] = set()  # sought back in this batch (see _handle_once)
         self.metrics = ServiceMetrics()
         # aiokafka clients must be created inside the running loop: see run().
         self.consumer: EventConsumer | None = None
@@ -279,8 +297,10 @@ class ServiceRunner:
         self.consumer = EventConsumer(
             self.settings, list(self.processor.topics), self.group_id,
             co_partitioned=bool(getattr(self.processor, "co_partitioned", False)),
+            join_on_start=False,
         )  # fmt: skip
         self.producer = EventProducer(self.settings)
+        self._watch = RunWatch(self.settings)
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
@@ -292,8 +312,12 @@ class ServiceRunner:
             metrics_server = await MetricsServer(self.exporter, self.metrics_port).start()
         clean = False
         try:
-            self.consumer.raw.subscribe(list(self.processor.topics), listener=_Rebalance(self))
             await self.consumer.start()
+            await self._watch.start()
+            self._last_run_check = time.monotonic()
+            # Subscribed after connecting: joining the group then takes as long as the group
+            # takes (while the loop polls and logs), not the connect timeout.
+            self.consumer.raw.subscribe(list(self.processor.topics), listener=_Rebalance(self))
             self._running = True
             await self._loop()
             self._running = False
@@ -310,6 +334,7 @@ class ServiceRunner:
                     loop.remove_signal_handler(sig)
             if metrics_server:
                 await metrics_server.stop()
+            await self._watch.stop()
             await self.consumer.stop()
             # After a failure, a failed flush must not replace the error that stopped us.
             await (self.producer.stop() if clean else self.producer.abort())
@@ -329,16 +354,23 @@ class ServiceRunner:
                 elif paused:
                     self.consumer.raw.resume(*self.consumer.raw.assignment())
                     paused = False
-                records = await self.consumer.getmany(
-                    timeout_ms=self.poll_timeout_ms, max_records=limit or None
-                )
+                records = await self._poll(limit)
+                self._rewound.clear()
                 for record in records:
                     await self._handle(record)
+                if self._log_shrank() or (
+                    time.monotonic() - self._last_run_check >= self.run_check_interval_s
+                ):
+                    await self._check_run()
+                if self._log_changed:
+                    await self._new_log()
                 if self._stateful:
                     await self._retrying("tick", self._tick_once)
                 await self._retrying("send", self._flush_once)
                 if time.monotonic() - self._last_commit >= self.commit_interval_s:
                     await self._commit()
+                    if self._log_changed:
+                        await self._new_log()
                 if self._drain_from_ms is not None and await self._caught_up(self._drain_from_ms):
                     self._drained.set()
                 if time.monotonic() - last_metrics >= self.metrics_interval_s:
@@ -348,6 +380,84 @@ class ServiceRunner:
             log.info(
                 "%s: stopping during a retry; the record is re-read later", self.processor.name
             )
+
+    async def _poll(self, limit: int | None) -> list[Record]:
+        """Fetch the next records; while the group has assigned nothing yet, say so now and then.
+
+        aiokafka's getmany waits for an assignment however long it takes, so it is bounded here.
+        """
+        if self.consumer.raw.assignment():
+            return await self.consumer.getmany(
+                timeout_ms=self.poll_timeout_ms, max_records=limit or None
+            )
+        waited = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                return await asyncio.wait_for(
+                    self.consumer.getmany(
+                        timeout_ms=self.poll_timeout_ms, max_records=limit or None
+                    ),
+                    timeout=5.0,
+                )
+            except TimeoutError:
+                if time.monotonic() - waited >= 30.0:
+                    waited = time.monotonic()
+                    log.warning("%s: the group %s has assigned no partition yet; still waiting",
+                                self.processor.name, self.group_id)  # fmt: skip
+        return []
+
+    # -- the log's run ------------------------------------------------------------------
+    async def _check_run(self) -> str:
+        """Re-read the log's run; flag a change for the loop. Return the watch's verdict."""
+        self._last_run_check = time.monotonic()
+        verdict = await self._watch.verdict()
+        if verdict == RunWatch.CHANGED:
+            self._log_changed = True
+        return verdict
+
+    def _log_shrank(self) -> bool:
+        """Whether a partition's end is now below a position we reached: the log was replaced."""
+        assignment = self.consumer.raw.assignment()
+        for tp, position in self._acked.items():
+            high = self.consumer.raw.highwater(tp) if tp in assignment else None
+            if high is not None and high < position:
+                return True
+        return False
+
+    async def _new_log(self) -> None:
+        """Drop every position and held record of the old log and read the new one from 0."""
+        async with self._lock:
+            old, new = self._watch.run_id, self._watch.latest
+            owned = set(self._owned)
+            log.warning("%s: the log changed under this service (run %s -> %s: a restarted "
+                        "broker?); its positions of the old log are dropped and the new log "
+                        "is read from its beginning", self.processor.name, old, new)  # fmt: skip
+            if self._stateful:
+                try:
+                    self._stage_outputs(await self.processor.on_revoked(owned), None)
+                except InfrastructureError as exc:
+                    log.warning("%s: could not persist what it held of the old log: %s",
+                                self.processor.name, exc)  # fmt: skip
+            for tp in owned:
+                self._acked.pop(tp, None)
+                self._committed.pop(tp, None)
+                self._positions.pop(tp, None)
+                self._resume.pop(tp, None)
+            self._watch.accept()
+            self._log_changed = False
+            hook = getattr(self.processor, "on_new_log", None)
+            if hook is not None:
+                await hook(new)
+            if self._stateful:
+                await self.processor.on_assigned(owned)
+            if self._dedup:
+                for tp in owned:
+                    if not topic(tp.topic).compacted:
+                        self._windows[tp] = DedupWindow(self.dedup_window)
+            assignment = self.consumer.raw.assignment()
+            for tp in owned:
+                if tp in assignment:
+                    self.consumer.raw.seek(tp, 0)
 
     async def _shutdown(self) -> None:
         if self._stateful:
@@ -419,7 +529,12 @@ class ServiceRunner:
         async with self._lock:
             tp = record.tp
             if tp not in self._owned:
-                return  # revoked since it was fetched: its new owner reads it
+                if tp in self.consumer.raw.assignment() and tp not in self._rewound:
+                    # Assigned, but the assignment callback has not run yet: read it again
+                    # once it has (aiokafka may fetch before it calls the listener).
+                    self.consumer.raw.seek(tp, record.offset)
+                    self._rewound.add(tp)
+                return  # else revoked since it was fetched: its new owner reads it
             if record.offset < self._resume.get(tp, -1):
                 self._remember(record)  # before the committed offset: handled already
                 return
@@ -667,8 +782,19 @@ class ServiceRunner:
 
     async def _commit(self) -> None:
         self._last_commit = time.monotonic()
+        if self._sends:
+            # Outputs wait for their acknowledgement (a failed flush, before a halt or at
+            # shutdown). A stateful processor released the records they came from, so its
+            # low-watermark no longer holds them: committing now could skip them for good.
+            return
         offsets = self._commit_offsets()
         if not offsets:
+            return
+        # Positions are only worth committing into the log they came from (see the module doc).
+        verdict = await self._check_run()
+        if verdict != RunWatch.SAME:
+            log.warning("%s: nothing committed: the log's run is %s", self.processor.name,
+                        "another" if verdict == RunWatch.CHANGED else "unreadable")  # fmt: skip
             return
         try:
             await self.consumer.commit(offsets)
@@ -708,6 +834,19 @@ class ServiceRunner:
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         async with self._lock:
             self._owned |= assigned
+            # A restarted broker forgets the group, so its members rejoin: the assignment is
+            # where a new log shows first. Positions now come from the group's commits in that
+            # log, all verified (see _commit), so only what the processor knows is reset.
+            if await self._check_run() == RunWatch.CHANGED:
+                old = self._watch.run_id
+                self._watch.accept()
+                self._log_changed = False
+                log.warning("%s: the log changed under this service (run %s -> %s: a restarted "
+                            "broker?); reading the new log from the group's positions in it",
+                            self.processor.name, old, self._watch.run_id)  # fmt: skip
+                hook = getattr(self.processor, "on_new_log", None)
+                if hook is not None:
+                    await hook(self._watch.run_id)
             if self._stateful:
                 await self.processor.on_assigned(assigned)
             if self._dedup:

@@ -94,7 +94,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _resume_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--resume", nargs="?", const="latest", default=None, metavar="RUN",
-        help="re-seed the new log from an archived run (default the latest): tasks, "
+        help="re-seed the new log from an archived run (default the newest with tasks): tasks, "
         "task-stats and the last policy update",
     )  # fmt: skip
     p.add_argument(

@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="use this Kafka cluster instead of the embedded broker")  # fmt: skip
     p.add_argument(
         "--resume", nargs="?", const="latest", default=None, metavar="RUN",
-        help="start from an archived run's state (default the latest): tasks, task-stats and "
+        help="start from an archived run's state (default the newest with tasks): tasks, task-stats and "
         "the last policy update; the trainer continues that run's checkpoints",
     )  # fmt: skip
     p.set_defaults(func=_up)

@@ -12,7 +12,7 @@ import pytest
 
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
-from runtime.errors import InfrastructureError, ServiceHalted
+from runtime.errors import BrokerError, InfrastructureError, ServiceHalted
 from runtime.service import DEAD_LETTER_VALUE_CAP, Output, RetryPolicy, ServiceRunner
 from tests.bus_reading import committed_total, read_records
 from topics.events import Reward, RolloutStep, TaskStats, TrajectoryComplete
@@ -326,3 +326,62 @@ async def test_infrastructure_failures_are_retried_never_dead_lettered(
         assert await committed_total(bus_settings, "flaky-store", "rollout-step") == 5
     assert runner.metrics.dead_lettered == 0
     assert await read_records(bus_settings, "dead-letter", 1, timeout=1, grace=0.5) == []
+
+
+class Joiner:
+    """Holds every record until it has two, then writes one output for both (stateful)."""
+
+    name = "joiner"
+    topics = ["rollout-step"]
+
+    def __init__(self) -> None:
+        self.held: list[Record] = []
+
+    async def process(self, record: Record) -> list[Output]:
+        self.held.append(record)
+        if len(self.held) < 2:
+            return []
+        self.held = []
+        return [Output("trajectory-complete", TrajectoryComplete(trajectory_id="joined"))]
+
+    def low_watermark(self, tp: object) -> int | None:
+        offsets = [r.offset for r in self.held if r.tp == tp]
+        return min(offsets) if offsets else None
+
+    async def tick(self) -> list[Output]:
+        return []
+
+    async def on_assigned(self, partitions: set) -> None:
+        pass
+
+    async def on_revoked(self, partitions: set) -> list[Output]:
+        self.held = [r for r in self.held if r.tp not in partitions]
+        return []
+
+    async def close(self) -> list[Output]:
+        return []
+
+
+async def test_a_halt_commits_nothing_past_records_whose_outputs_were_never_sent(
+    bus_settings: BusSettings,
+) -> None:
+    joiner = Joiner()
+    retry = RetryPolicy(first_delay_s=0.05, max_delay_s=0.1, give_up_after_s=1.0)
+    runner = ServiceRunner(joiner, bus_settings, retry=retry, commit_interval_s=0.05)
+    task = asyncio.create_task(runner.run(install_signal_handlers=False))
+    await asyncio.wait_for(runner.ready.wait(), 30)
+    await _produce_steps(bus_settings, range(1))  # held: its position is acknowledged, not it
+    deadline = time.monotonic() + 30
+    while not joiner.held and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(0.3)  # a few loops: flushed, and the held offset committed
+
+    async def refuse(*args: object, **kwargs: object) -> None:
+        raise BrokerError("the broker refuses this producer")  # the consumer still commits
+
+    runner.producer.send_raw = refuse
+    await _produce_steps(bus_settings, range(1, 2, 1))  # releases both; its output never goes
+    with pytest.raises(ServiceHalted):
+        await asyncio.wait_for(task, 30)
+    # The first record's output was never sent, so neither record may be committed past.
+    assert await committed_total(bus_settings, "joiner", "rollout-step") == 0

@@ -17,7 +17,7 @@ from runtime.broker import EmbeddedBroker
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings
 from runtime.replay import ReplayIncomplete, read_live
-from runtime.runs import current_run, run_resolver
+from runtime.runs import current_run, reseed_from_archive, run_resolver
 from runtime.service import RetryPolicy, ServiceRunner
 from topics.events import PolicyUpdate, RolloutStep, TaskEvent, TaskStats
 
@@ -199,3 +199,41 @@ async def test_a_replay_that_loses_the_broker_says_it_is_incomplete(tmp_path: Pa
         assert 0 < got < 2000
     finally:
         broker.stop()
+
+
+async def test_resume_takes_the_newest_run_with_tasks_and_says_when_none_has_any(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "archive"
+    async with EmbeddedBroker(log_file=tmp_path / "first.log") as broker:
+        settings = BusSettings(bootstrap=broker.bootstrap)
+        async with EventProducer(settings) as producer:
+            await producer.send_and_wait("tasks", TaskEvent(task_id="t1", task={"id": "t1"}))
+        with_tasks = broker.run_id
+        await _archive_until(settings, root, "tasks", 1)
+    async with EmbeddedBroker(log_file=tmp_path / "second.log") as broker:  # a restart, then
+        settings = BusSettings(bootstrap=broker.bootstrap)  # stopped before any import
+        stats = TaskStats(task_id="t1", ema_pass_rate=0.5, weight=1.0, attempts=1)
+        async with EventProducer(settings) as producer:
+            await producer.send_and_wait("task-stats", stats)
+        await _archive_until(settings, root, "task-stats", 1, [broker.run_id])
+    assert ArchiveStore(str(root)).runs()[-1] != with_tasks
+
+    async with EmbeddedBroker() as third:
+        source, seeded = await reseed_from_archive(
+            BusSettings(bootstrap=third.bootstrap), str(root)
+        )
+    assert source == with_tasks and seeded["tasks"] == 1
+
+    empty = tmp_path / "empty"
+    async with EmbeddedBroker(log_file=tmp_path / "fourth.log") as broker:
+        settings = BusSettings(bootstrap=broker.bootstrap)
+        async with EventProducer(settings) as producer:
+            await producer.send_and_wait("task-stats", stats)
+        await _archive_until(settings, empty, "task-stats", 1)
+    res = subprocess.run(
+        [*SCALECUA, "broker", "--resume", "--resume-archive", str(empty)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert res.returncode != 0
+    assert "holds tasks" in res.stderr and broker.run_id in res.stderr, res.stderr
