@@ -14,7 +14,9 @@ the policy's HF config with the local layer spec:
               and the trainer's LossFn gives the loss; gradients sum over micro-batches
               and data-parallel ranks (the loss is already normalised by the step's token
               count); then megatron's optimizer (`get_megatron_optimizer`: AdamW, gradient
-              clipping, optionally the distributed optimizer) steps once
+              clipping, optionally the distributed optimizer) steps once, unless a loss or
+              (fp32/bf16; fp16 is megatron's loss scaler's) a gradient is not finite:
+              NonFiniteStep, nothing updated
     save      megatron's layout -> an HF folder (safetensors), the same files the torch
               backend writes, loadable by `load_policy` and the rollout engines
 

@@ -3,7 +3,9 @@
 It holds the trainable policy, a frozen copy of the reference policy for the KL term (only
 when the KL coefficient is non-zero) and an AdamW optimizer. A step runs forward and
 backward per micro-batch, letting gradients accumulate (the loss is already normalised by
-the whole step's token count), then clips the gradient norm and takes one optimizer step.
+the whole step's token count), then clips the gradient norm and takes one optimizer step —
+unless a loss or the gradient norm is not finite: then it raises NonFiniteStep with the
+weights and the optimizer untouched.
 
 Logprobs are computed the way `runtime.policy.logprobs.token_logprobs` computes them — the
 same model inputs (`model_inputs`, with `mm_token_type_ids`), the same sampling
