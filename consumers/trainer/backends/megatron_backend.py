@@ -54,6 +54,7 @@ from consumers.trainer.backends.base import (
     NonFiniteStep,
     Sample,
     TokenBatch,
+    count_nonfinite,
 )
 from consumers.trainer.backends.megatron_layout import (
     MegatronLayout,
@@ -618,10 +619,7 @@ class MegatronBackend:
 
     def nonfinite_parameters(self) -> int:
         """How many weights are NaN or infinite, over every rank (replicas counted each time)."""
-        import torch
-
-        with torch.no_grad():
-            local = sum(int((~torch.isfinite(p)).sum()) for p in self.model.module.parameters())
+        local = count_nonfinite(list(self.model.module.parameters()))
         return _count_over_ranks(local, self.device)
 
     # -- saving ---------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from consumers.trainer.backends.base import (
     NonFiniteStep,
     Sample,
     TokenBatch,
+    count_nonfinite,
 )
 from consumers.trainer.shared_prefix import pack_branches
 from runtime.errors import PolicyError
@@ -365,10 +366,7 @@ class TorchBackend:
 
     def nonfinite_parameters(self) -> int:
         """How many weights of the model (trained or frozen) are NaN or infinite."""
-        import torch
-
-        with torch.no_grad():
-            return sum(int((~torch.isfinite(p)).sum()) for p in self.model.parameters())
+        return count_nonfinite(list(self.model.parameters()))
 
     # -- saving ---------------------------------------------------------------------------
     def save(self, out: Path) -> None:
