@@ -3,12 +3,22 @@
 Schema evolution: new fields always get defaults, and decoders ignore fields they do not
 know, so an old reader skips what a newer writer added and a new reader fills defaults
 for what an older writer left out.
+
+Validation: an event whose values are impossible (a non-finite or out-of-range score, a
+group of size 0, a sample index outside its group, a non-finite logprob) is refused where
+it is built (`ValueError`) and where it is decoded (a decode error: the service runner
+dead-letters the record with the reason, `scalecua produce` refuses the line). The
+ranges of scores are named here once (`METRIC_SCORES`, `INCOMPLETE_REWARDS`,
+`REWARD_SCORES`): the judge writes within them and every reader relies on them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -30,9 +40,64 @@ __all__ = [
     "SynthesisRequest",
     "SynthesisEvent",
     "SCHEMA_VERSION",
+    "ScoreRange",
+    "METRIC_SCORES",
+    "INCOMPLETE_REWARDS",
+    "REWARD_SCORES",
 ]
 
 SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ScoreRange:
+    """A closed interval of finite scores."""
+
+    low: float
+    high: float
+
+    def __contains__(self, value: object) -> bool:
+        """Whether `value` is a finite number inside the interval."""
+        if not isinstance(value, int | float) or isinstance(value, bool):
+            return False
+        return math.isfinite(value) and self.low <= value <= self.high
+
+    def __str__(self) -> str:
+        return f"[{self.low:g}, {self.high:g}]"
+
+
+# What the judge promises. A task's metrics (OSWorld's, and sandboxed VeriGen judges) score
+# in [0, 1]; an episode that hits its step limit gets a fixed penalty instead (the paper's
+# -0.2, configurable within [-1, 0]); so every reward lies in [-1, 1].
+METRIC_SCORES = ScoreRange(0.0, 1.0)
+INCOMPLETE_REWARDS = ScoreRange(-1.0, 0.0)
+REWARD_SCORES = ScoreRange(min(METRIC_SCORES.low, INCOMPLETE_REWARDS.low),
+                           max(METRIC_SCORES.high, INCOMPLETE_REWARDS.high))  # fmt: skip
+
+
+def _require(ok: bool, what: str) -> None:
+    """Refuse an impossible value: ValueError here, a decode error (dead letter) on the wire."""
+    if not ok:
+        raise ValueError(what)
+
+
+def _check_group(event: Any) -> None:
+    """A GRPO group has at least one member and every sample index lies inside it."""
+    _require(event.group_size >= 1, f"group_size must be at least 1, not {event.group_size}")
+    _require(
+        0 <= event.sample_index < event.group_size,
+        f"sample_index {event.sample_index} is outside a group of {event.group_size}",
+    )
+
+
+# The bounds of a dead letter (the service runner's own are the same, runtime/service.py).
+_DEAD_LETTER_VALUE_CAP = 256 << 10
+_DEAD_LETTER_KEY_CAP = 1 << 10
+_DEAD_LETTER_ERROR_CAP = 8 << 10
+
+
+def _check_version(version: int) -> None:
+    _require(version >= 0, f"policy_version must be at least 0, not {version}")
 
 
 def _new_event_id() -> str:
@@ -80,6 +145,10 @@ class RolloutRequest(Event, frozen=True, kw_only=True):
     policy_version: int
     max_steps: int = 50
     trajectory_id: str = ""  # empty means f"{group_id}/{sample_index}"
+
+    def __post_init__(self) -> None:
+        _check_group(self)
+        _check_version(self.policy_version)
 
     def trajectory(self) -> str:
         """Return the trajectory id this request produces."""
@@ -160,6 +229,9 @@ class TrajectoryComplete(Event, frozen=True, kw_only=True):
     seconds: float = 0.0
     worker_id: str = ""
 
+    def __post_init__(self) -> None:
+        _check_group(self)
+
     def dedup_id(self) -> str:
         """Return the trajectory id: an episode completes once."""
         return self.trajectory_id
@@ -181,6 +253,19 @@ class Reward(Event, frozen=True, kw_only=True):
     sample_index: int = 0
     request_id: str = ""
     metric_score: float | None = None  # what the task's metrics said, before status rules
+
+    def __post_init__(self) -> None:
+        _require(
+            self.score in REWARD_SCORES,
+            f"score {self.score!r} is outside what a judge gives: a finite number in "
+            f"{REWARD_SCORES}",
+        )
+        _require(
+            self.metric_score is None or self.metric_score in METRIC_SCORES,
+            f"metric_score {self.metric_score!r} is not a finite number in {METRIC_SCORES}",
+        )
+        _check_group(self)
+        _check_version(self.policy_version)
 
     def dedup_id(self) -> str:
         """Return (trajectory, judge version)."""
@@ -215,6 +300,29 @@ class SegmentReady(Event, frozen=True, kw_only=True):
     trained_tokens: int = 0  # tokens with loss_mask 1
     sampled: bool = True  # False: the responses were scripted, not sampled (no logprobs; SFT only)
 
+    def __post_init__(self) -> None:
+        n = len(self.input_ids)
+        _require(
+            len(self.loss_mask) == n and len(self.logprobs) == n,
+            f"{n} input_ids, {len(self.loss_mask)} loss_mask entries and {len(self.logprobs)} "
+            "logprobs: they must line up",
+        )
+        # One sum finds a NaN or an infinity anywhere cheaply (it also overflows on logprobs
+        # near -1e308, as absurd as an infinity); the scan only names the position.
+        if not math.isfinite(sum(self.logprobs)):
+            bad = [i for i, x in enumerate(self.logprobs) if not math.isfinite(x)]
+            where = f"{self.logprobs[bad[0]]!r} at position {bad[0]}" if bad else "overflowing"
+            _require(False, f"logprobs must be finite: {where}")
+        _require(
+            self.num_segments >= 1, f"num_segments must be at least 1, not {self.num_segments}"
+        )
+        _require(
+            0 <= self.segment_index < self.num_segments,
+            f"segment_index {self.segment_index} is outside {self.num_segments} segments",
+        )
+        _check_group(self)
+        _check_version(self.policy_version)
+
     def dedup_id(self) -> str:
         """Return (trajectory, segment index)."""
         return f"{self.trajectory_id}:{self.segment_index}"
@@ -247,6 +355,13 @@ class PolicyUpdate(Event, frozen=True, kw_only=True):
     checkpoint_uri: str
     metrics: dict[str, float] = {}
 
+    def __post_init__(self) -> None:
+        _require(
+            self.policy_version >= 1,
+            f"policy_version must be at least 1 (0 is the base policy), not {self.policy_version}",
+        )
+        _require(bool(self.checkpoint_uri), "checkpoint_uri is empty")
+
     def dedup_id(self) -> str:
         """Return the policy version."""
         return str(self.policy_version)
@@ -260,12 +375,42 @@ class DeadLetter(Event, frozen=True, kw_only=True):
     offset: int
     error: str  # a readable reason
     error_type: str  # "decode" | "process" | "output" (the processor's output was unsendable)
+    # | "expired" (held for a group that never completed) | "rejected" (a policy update refused)
     service: str = ""
     original_key: bytes | None = None
     original_value: bytes | None = None  # the record's bytes, cut to a bound (see truncated)
     original_size: int = 0  # length of the original value before any cut
     original_sha256: str = ""  # hex sha256 of the whole original value
     truncated: bool = False  # original_value holds only the first bytes
+
+    @classmethod
+    def about(
+        cls,
+        *,
+        source_topic: str,
+        partition: int,
+        offset: int,
+        error: str,
+        error_type: str,
+        service: str,
+        key: bytes | None = None,
+        value: bytes | None = None,
+    ) -> DeadLetter:
+        """A bounded dead letter for one record a service gives up on (value None: not kept)."""
+        data = value or b""
+        return cls(
+            source_topic=source_topic,
+            partition=partition,
+            offset=offset,
+            error=error[:_DEAD_LETTER_ERROR_CAP],
+            error_type=error_type,
+            service=service,
+            original_key=key[:_DEAD_LETTER_KEY_CAP] if key else key,
+            original_value=data[:_DEAD_LETTER_VALUE_CAP] if value is not None else None,
+            original_size=len(data),
+            original_sha256=hashlib.sha256(data).hexdigest() if value is not None else "",
+            truncated=len(data) > _DEAD_LETTER_VALUE_CAP,
+        )
 
     def dedup_id(self) -> str:
         """Return (source topic, partition, offset, service)."""

@@ -6,13 +6,18 @@
 - status `max_steps` (the episode did not end within its step budget): the paper's
   incomplete-episode reward, −0.2 by default, whatever the metrics say.
 - otherwise (`done`, `fail`, `answer`): the metric score.
+
+Every reward is within `topics.events.REWARD_SCORES` (metric scores in `METRIC_SCORES`,
+the penalty in `INCOMPLETE_REWARDS`): that is the judge's promise the trainer relies on,
+and the event refuses anything else.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topics.events import Reward, TrajectoryComplete
+from runtime.errors import ConfigError
+from topics.events import INCOMPLETE_REWARDS, Reward, TrajectoryComplete
 
 __all__ = ["JudgeConfig", "reward_for"]
 
@@ -24,6 +29,13 @@ class JudgeConfig:
     judge_version: str = "osworld-metrics-v1"  # bump to rejudge history under a new version
     incomplete_reward: float = -0.2  # reward of an episode that hit its step limit
     group_id: str = "judge"
+
+    def __post_init__(self) -> None:
+        if self.incomplete_reward not in INCOMPLETE_REWARDS:
+            raise ConfigError(
+                f"incomplete_reward {self.incomplete_reward!r} must be a penalty in "
+                f"{INCOMPLETE_REWARDS}"
+            )
 
 
 def reward_for(

@@ -14,7 +14,11 @@ failure, an engine or blob-store outage, or an unknown task end the request as s
 Weights: the worker follows `policy-updates` (every replica reads it whole, outside the
 group) and loads a newer version between episodes (`reload="episode"`: new episodes wait
 until the running ones end) or between turns (`reload="turn"`); every step is stamped with
-the version that generated it.
+the version that generated it. A version is adopted only once its checkpoint is verified
+(`runtime.policy.checkpoint`: a complete trainer checkpoint of exactly that version) and
+loaded, so versions only move forward along what the trainer wrote. An update that fails
+either is refused: logged, dead-lettered with the reason (error type "rejected") and
+skipped; the worker keeps its version, and tries the next newest update it has seen.
 """
 
 from __future__ import annotations
@@ -47,9 +51,11 @@ from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, load_builtin, refe
 from runtime.envs.tasks.model import Task
 from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageError
 from runtime.jobs import Job, JobBoard
+from runtime.policy.checkpoint import verify_checkpoint
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
-from topics.events import PolicyUpdate, RolloutRequest, TaskEvent
+from topics.events import DeadLetter, PolicyUpdate, RolloutRequest, TaskEvent
+from topics.registry import DEAD_LETTER
 
 __all__ = ["RolloutConfig", "RolloutWorker", "PolicyFollower", "resolve_task", "rollout_service"]
 
@@ -114,9 +120,13 @@ class RolloutWorker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self._board: JobBoard[RolloutRequest] = JobBoard()
         self._emit = self._board.emit
-        self._update: PolicyUpdate | None = None  # announced, not yet loaded
+        # Announced versions newer than the player's, not yet tried, oldest first (with the
+        # record each came in, for a dead letter if it is refused).
+        self._offers: list[tuple[PolicyUpdate, Record | None]] = []
         self._reloading = False
         self.episodes = 0
+        self.updates_adopted = 0
+        self.updates_rejected = 0
 
     # -- the processor ------------------------------------------------------------------
     async def process(self, record: Record) -> list[Output]:
@@ -138,8 +148,10 @@ class RolloutWorker:
     async def tick(self) -> list[Output]:
         """Start episodes on free desktops, load announced weights, hand over events."""
         board = self._board
-        if self._update is not None and self.config.reload == "episode" and not board.running:
-            await self._load(self._update)
+        # "turn": the follower loads as updates come; this only catches an offer that came
+        # while it was busy loading another.
+        if self._offers and (self.config.reload == "turn" or not board.running):
+            await self._adopt()
         while board.queue and len(board.running) < self.config.desktops and not self._waiting():
             board.start(self._play)
         return board.drain()
@@ -157,36 +169,81 @@ class RolloutWorker:
         await self._board.abandon()
         return self._board.drain()
 
+    def stats(self) -> dict[str, float]:
+        """The worker's policy version, episodes played and policy updates taken or refused."""
+        return {
+            "policy_version": self.player.policy_version,
+            "episodes": self.episodes,
+            "updates_adopted": self.updates_adopted,
+            "updates_rejected": self.updates_rejected,
+        }
+
     # -- weights ------------------------------------------------------------------------
-    async def announce(self, update: PolicyUpdate) -> None:
-        """Take note of newer weights; load them now or between episodes (config.reload)."""
-        if update.policy_version <= self.player.policy_version:
-            return
-        if self._update is not None and update.policy_version <= self._update.policy_version:
-            return
-        self._update = update
-        if self.config.reload == "turn":
-            await self._load(update)
+    async def announce(self, update: PolicyUpdate, record: Record | None = None) -> None:
+        """Take note of newer weights; load them now or between episodes (config.reload).
+
+        `record` is where the update was read, for its dead letter if it is refused.
+        """
+        await self.announce_all([(update, record)])
+
+    async def announce_all(self, offers: list[tuple[PolicyUpdate, Record | None]]) -> None:
+        """Take note of several announcements at once (a catch-up): one load, the newest.
+
+        Versions not newer than the player's are ignored (the trainer announces its newest
+        again after a restart).
+        """
+        current = self.player.policy_version
+        self._offers += [o for o in offers if o[0].policy_version > current]
+        self._offers.sort(key=lambda offer: offer[0].policy_version)  # stable: arrival order
+        if self._offers and self.config.reload == "turn":
+            await self._adopt()
         # "episode": tick() loads it once no episode is running (new ones wait till then).
 
     def _waiting(self) -> bool:
-        return self._reloading or (self._update is not None and self.config.reload == "episode")
+        return self._reloading or (bool(self._offers) and self.config.reload == "episode")
 
-    async def _load(self, update: PolicyUpdate) -> None:
-        if self._reloading or update.policy_version <= self.player.policy_version:
-            return  # already loading (tick and the follower both call this), or loaded
+    async def _adopt(self) -> None:
+        """Load the newest offered version whose checkpoint verifies and loads; refuse the
+        ones that do not (newest first) and forget what is then no newer than the player."""
+        if self._reloading:
+            return  # already loading: tick and the follower both call this
         self._reloading = True
         try:
-            log.info("loading policy version %d from %s", update.policy_version,
-                     update.checkpoint_uri)  # fmt: skip
-            await self.player.load_weights(update.checkpoint_uri, update.policy_version)
-        except Exception as exc:  # a broken checkpoint must not stop the worker
-            log.error("policy version %d did not load (%s); keeping version %d",
-                      update.policy_version, exc, self.player.policy_version)  # fmt: skip
+            while self._offers:
+                update, record = self._offers.pop()
+                if update.policy_version <= self.player.policy_version:
+                    continue
+                try:
+                    log.info("loading policy version %d from %s", update.policy_version,
+                             update.checkpoint_uri)  # fmt: skip
+                    await asyncio.to_thread(
+                        verify_checkpoint, update.checkpoint_uri, update.policy_version
+                    )
+                    await self.player.load_weights(update.checkpoint_uri, update.policy_version)
+                except Exception as exc:  # a bad announcement must not stop the worker
+                    self._refuse(update, record, f"{type(exc).__name__}: {exc}")
+                    continue
+                self.updates_adopted += 1
+                break
+            current = self.player.policy_version
+            self._offers = [o for o in self._offers if o[0].policy_version > current]
         finally:
             self._reloading = False
-            if self._update is update:
-                self._update = None
+
+    def _refuse(self, update: PolicyUpdate, record: Record | None, reason: str) -> None:
+        """Report a policy update that is not adopted: a log line and a dead letter."""
+        self.updates_rejected += 1
+        why = (
+            f"policy version {update.policy_version} from {update.checkpoint_uri!r} refused: "
+            f"{reason}; the worker keeps version {self.player.policy_version}"
+        )
+        log.error("%s", why)
+        if record is not None:
+            self._emit(DEAD_LETTER, DeadLetter.about(
+                source_topic=record.topic, partition=record.partition, offset=record.offset,
+                error=why, error_type="rejected", service=self.name, key=record.key,
+                value=record.value,
+            ))  # fmt: skip
 
     # -- episodes -----------------------------------------------------------------------
     async def _play(self, job: Job[RolloutRequest]) -> None:
@@ -251,18 +308,15 @@ class PolicyFollower:
         """Catch up (loading the newest announced version), then follow in the background."""
         self._consumer = EventConsumer(self.settings, ["policy-updates"], group_id=None)
         await self._consumer.start()
-        newest: PolicyUpdate | None = None
+        # Every announcement is offered, not only the newest: when the newest is refused,
+        # the one before it is the version to play.
+        seen: list[Record] = []
         try:
             async for batch in self._consumer.catch_up("policy-updates", timeout_s=30.0):
-                for record in batch:
-                    if isinstance(record.event, PolicyUpdate) and (
-                        newest is None or record.event.policy_version > newest.policy_version
-                    ):
-                        newest = record.event
+                seen += [r for r in batch if isinstance(r.event, PolicyUpdate)]
         except BrokerTimeout as exc:  # follow anyway: a later announcement still reaches us
             log.warning("policy-updates: %s; following from here", exc)
-        if newest is not None:
-            await self.worker.announce(newest)
+        await self.worker.announce_all([(record.event, record) for record in seen])
         self._task = asyncio.create_task(self._follow())
         return self
 
@@ -280,7 +334,7 @@ class PolicyFollower:
             try:
                 for record in await self._consumer.getmany(timeout_ms=500):
                     if isinstance(record.event, PolicyUpdate):
-                        await self.worker.announce(record.event)
+                        await self.worker.announce(record.event, record)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # keep following through a broker hiccup

@@ -11,7 +11,11 @@ The join (`GroupBook`): segments and rewards are collected per group and traject
   trajectory has all its segments (`num_segments` of them, indices 0..n−1). An unscored
   trajectory (an environment failure) needs no segments: it leaves the group.
 - Complete groups wait in completion order; records of a group finished (trained, or
-  closed with nothing to train, or expired) are ignored when they arrive late.
+  closed with nothing to train) are ignored when they arrive late.
+- A record that can never fit its group is refused (ValueError: the trainer dead-letters
+  it): its group size differs from its group's, or its group expired before it came.
+- An incomplete group idle too long expires (`expire`): it is finished untrained and the
+  caller reports every record it held (`GroupState.records`) with `GroupState.missing()`.
 - Every record of a group is held until the group is finished and the result is safe
   (checkpoint written, policy update acknowledged): `low_watermark` reports the oldest.
 
@@ -49,6 +53,7 @@ __all__ = [
 ]
 
 TP = Hashable  # a (topic, partition) pair: aiokafka's TopicPartition or a plain tuple
+_EXPIRED_MEMORY = 10_000  # expired groups remembered, to refuse their stragglers
 
 
 def request_key(group_id: str, request_id: str, sample_index: int) -> str:
@@ -182,6 +187,30 @@ class GroupState:
         """The chosen trajectory of each request, in request order."""
         return [self.trajectories[self.chosen[r]] for r in sorted(self.chosen)]
 
+    def missing(self) -> str:
+        """What keeps the group from completing, in words."""
+        rewarded = len(self.chosen)
+        cut_short = sum(
+            1
+            for t in self.chosen.values()
+            if self.trajectories[t].reward is not None and not self.trajectories[t].complete()
+        )
+        parts = []
+        if rewarded < self.group_size:
+            parts.append(f"{self.group_size - rewarded} of {self.group_size} rewards never came")
+        if cut_short:
+            parts.append(f"{cut_short} scored trajectories lack segments")
+        return "; ".join(parts) or "nothing"
+
+    def records(self) -> list[tuple[TP, int, str]]:
+        """(partition, offset, trajectory id) of every record held for this group."""
+        out = []
+        for traj in self.trajectories.values():
+            out += [(s.tp, s.offset, traj.trajectory_id) for s in traj.segments.values()]
+            if traj.reward is not None:
+                out.append((traj.reward.tp, traj.reward.offset, traj.trajectory_id))
+        return sorted(out, key=lambda r: (str(r[0]), r[1]))
+
     def duplicates(self) -> int:
         """Trajectories read for this group that no request chose."""
         chosen = set(self.chosen.values())
@@ -203,6 +232,9 @@ class GroupBook:
         self.ready: list[str] = []  # complete pending groups, in completion order
         self.held: dict[str, GroupState] = {}  # finished, records held until released
         self.finished: dict[str, dict[TP, int]] = {}  # group -> newest offset read per tp
+        # Groups this process expired, newest last (bounded): group -> why. Kept apart from
+        # `finished` (pruned by position) so a straggler hours later is still recognised.
+        self.expired: dict[str, str] = {}
         self.floors: dict[TP, int] = {}  # below these offsets everything was finished
         self.next_offset: dict[TP, int] = {}
         self.counters: dict[str, int] = {}
@@ -222,6 +254,12 @@ class GroupBook:
         if group_id in self.finished:
             last = self.finished[group_id]
             last[tp] = max(last.get(tp, offset), offset)
+        if group_id in self.expired:
+            self.count("records_after_expiry")
+            raise ValueError(
+                f"group {group_id} expired before this record came ({self.expired[group_id]})"
+            )
+        if group_id in self.finished:
             self.count("records_late")
             return False
         return True
@@ -230,6 +268,11 @@ class GroupBook:
         group = self.pending.get(group_id)
         if group is None:
             group = self.pending[group_id] = GroupState(group_id, max(1, group_size), task_id)
+        elif group.group_size != group_size:  # one request wrote both: they cannot disagree
+            raise ValueError(
+                f"group {group_id} has {group.group_size} members (its first record says so), "
+                f"this record says {group_size}"
+            )
         return group
 
     def add_segment(
@@ -331,18 +374,24 @@ class GroupBook:
                 self.tokens_held -= _tokens(group)
 
     def expire(self, timeout_s: float) -> list[GroupState]:
-        """Finish and release incomplete groups that received nothing for `timeout_s`.
+        """Finish incomplete groups that received nothing for `timeout_s`; their records stay
+        held until the caller has reported them and calls `release`.
 
         Idle time is this process's own reading time, not the events' timestamps: a trainer
         catching up on an old backlog must not expire groups whose newer records it has not
-        reached yet (after a restart the wait simply starts again).
+        reached yet (after a restart the wait simply starts again). A record of an expired
+        group that comes later is refused (see `_admit`).
         """
         now = self.clock()
         gone = []
         for group_id, group in list(self.pending.items()):
             if group_id not in self.ready and now - group.last_seen > timeout_s:
+                self.expired[group_id] = (
+                    f"incomplete after {timeout_s:g} s without a record: {group.missing()}"
+                )
                 gone.append(self.take(group_id))
-                self.release([group_id])
+        while len(self.expired) > _EXPIRED_MEMORY:
+            del self.expired[next(iter(self.expired))]
         return gone
 
     # -- positions ------------------------------------------------------------------------

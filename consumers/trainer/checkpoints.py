@@ -29,10 +29,11 @@ from typing import Any
 
 from runtime.config import home_dir
 from runtime.errors import StorageError
+from runtime.policy.checkpoint import CHECKPOINT_METADATA
 
 __all__ = ["METADATA", "Checkpoint", "CheckpointStore", "default_checkpoint_root"]
 
-METADATA = "scalecua_trainer.json"
+METADATA = CHECKPOINT_METADATA  # its name is shared with every reader (rollout workers)
 _VERSION = re.compile(r"v(\d{6,})")
 
 

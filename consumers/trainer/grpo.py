@@ -72,16 +72,30 @@ class GroupAdvantages:
 
 
 def group_advantages(scores: Sequence[float | None], eps: float = 1e-6) -> GroupAdvantages:
-    """Â_i = (R_i − mean) / (std + eps) over the scored rollouts; None scores are dropped first."""
+    """Â_i = (R_i − mean) / (std + eps) over the scored rollouts; None scores are dropped first.
+
+    Finite scores of any size give finite advantages; a non-finite score raises ValueError
+    (rewards are checked on decode, so only a caller's bug gets here).
+    """
     kept = [float(s) for s in scores if s is not None]
     dropped = len(scores) - len(kept)
+    if not all(math.isfinite(s) for s in kept):
+        raise ValueError(f"scores must be finite: {kept}")
     if len(kept) < 2 or max(kept) == min(kept):
         # One survivor or identical scores: nothing to prefer, so nothing to learn.
         zeros = [None if s is None else 0.0 for s in scores]
         return GroupAdvantages(zeros, len(kept), dropped, True)
+    # Â is scale-invariant (with eps scaled alike): scores past 1 in magnitude are divided by
+    # a power of two first, so sums and squares cannot overflow (1.7e308 twice) and, the
+    # division being exact, ordinary scores give bit for bit the unscaled result.
+    shift = max(0, math.frexp(max(abs(s) for s in kept))[1])  # scores / 2**shift lie in [-1, 1]
+    kept = [math.ldexp(s, -shift) for s in kept]
     mean = sum(kept) / len(kept)
     std = math.sqrt(sum((s - mean) ** 2 for s in kept) / (len(kept) - 1))
-    adv = [None if s is None else (float(s) - mean) / (std + eps) for s in scores]
+    denominator = std + math.ldexp(eps, -shift)
+    adv = [
+        None if s is None else (math.ldexp(float(s), -shift) - mean) / denominator for s in scores
+    ]
     return GroupAdvantages(adv, len(kept), dropped, False)
 
 

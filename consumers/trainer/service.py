@@ -29,6 +29,19 @@ Failures: a missing or corrupt screenshot makes its trajectory an environment fa
 the groups are planned again; the blob store or checkpoint store being down is an
 infrastructure error the runner retries (the trained weights wait in memory for the
 checkpoint); any other failure of a step finishes its groups untrained (counted, logged).
+
+Numbers: a step whose loss or gradient norm is not finite is skipped by the backend (no
+update; `NonFiniteStep`): its groups are finished untrained (a retry on the same weights
+would fail the same way, and the gradient does not say which group did it), counted and
+logged with the step's statistics, and nothing is announced. Weights that are not finite
+after a step (an overflow the gradient check cannot see) are never written or announced:
+the last announced version is loaded back instead. A trainer refuses to resume from a
+checkpoint holding non-finite weights.
+
+Records that can never complete a group are dead-lettered: a record that contradicts its
+group (another group size), and, when an incomplete group expires (`group_timeout_s` idle,
+15 minutes by default), every record it held, with what was missing; records of an
+expired group that come later are dead-lettered by the runner as they arrive.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -46,7 +60,14 @@ from typing import Any
 import orjson
 from aiokafka import TopicPartition
 
-from consumers.trainer.backends import MicroBatch, Sample, TokenBatch, TrainerBackend, make_backend
+from consumers.trainer.backends import (
+    MicroBatch,
+    NonFiniteStep,
+    Sample,
+    TokenBatch,
+    TrainerBackend,
+    make_backend,
+)
 from consumers.trainer.batching import (
     GroupBook,
     GroupPlan,
@@ -67,12 +88,14 @@ from runtime.errors import (
     BlobNotFound,
     ConfigError,
     InfrastructureError,
+    PolicyError,
     RecordError,
     StorageError,
 )
 from runtime.policy.model import resolve_policy
 from runtime.service import Output, ServiceRunner
-from topics.events import PolicyUpdate, Reward, SegmentReady
+from topics.events import DeadLetter, PolicyUpdate, Reward, SegmentReady
+from topics.registry import DEAD_LETTER
 
 __all__ = ["TrainerConfig", "Trainer", "trainer_service", "load_images", "newest_announced"]
 
@@ -92,7 +115,10 @@ class TrainerConfig:
     batch_groups: int = 32  # B: groups (tasks) per optimisation step (paper: 32)
     micro_batch_tokens: int = 8192  # tokens per forward pass (rows x longest; a shared prefix once)
     micro_batch_rows: int = 4  # sequences per forward pass
-    group_timeout_s: float | None = 3600.0  # an incomplete group idle this long is dropped
+    # An incomplete group that received nothing for this long is dropped and its records
+    # dead-lettered (None: wait forever). Members of a group finish at different times, so
+    # it must exceed the longest episode plus the judge's and the segmenter's delay.
+    group_timeout_s: float | None = 900.0
     max_steps: int | None = None  # stop after this many steps (None: run until stopped)
     keep_states: int = 2  # optimizer states kept (newest versions; 0: none written, a restart
     # resumes the weights with a fresh optimizer); weights are all kept
@@ -105,6 +131,10 @@ class TrainerConfig:
     def uses_reference(self) -> bool:
         """Whether the KL term needs the frozen reference policy."""
         return self.plan.objective == "grpo" and self.grpo.kl_coef != 0.0
+
+
+class _NonFiniteWeights(Exception):
+    """A step left weights that are NaN or infinite: they must not be written or announced."""
 
 
 class _MissingImage(Exception):
@@ -208,6 +238,7 @@ class Trainer:
         self.last_step: dict[str, float] = {}
         self.on_done: Callable[[], None] | None = None  # called once max_steps are done
         self._job: _Job | None = None
+        self._weights_spoiled = False  # a step left weights that are not finite
         self._release: list[str] = []  # groups whose policy update was sent last tick
         self._outbox: list[Output] = []
         self._image_tokens: dict[tuple[int, int], int] = {}
@@ -238,6 +269,13 @@ class Trainer:
                 weights,
                 reference=base if self.config.uses_reference else None,
                 optimizer_state=state,
+            )
+        bad = self.backend.nonfinite_parameters()
+        if bad:
+            raise PolicyError(
+                f"checkpoint {latest.uri} holds {bad} weights that are NaN or infinite: it is "
+                "neither resumed nor announced; move it out of the checkpoint folder to "
+                "resume from the version before it"
             )
         self.version = latest.version
         self.steps = int(meta.get("step", latest.version))
@@ -304,17 +342,19 @@ class Trainer:
     async def tick(self) -> list[Output]:
         """Release announced groups, finish a done step, expire idle groups, start a step."""
         if self._release:
-            # The runner acknowledged last tick's policy update before calling us again.
+            # The runner acknowledged last tick's policy update (or dead letters) before
+            # calling us again.
             self.book.release(self._release)
             self._release = []
         job = self._job
         if job is not None and job.task is not None and job.task.done():
             await self._finish(job)
+        if self._weights_spoiled:  # a step left non-finite weights: the last good ones first
+            await asyncio.to_thread(self._reload)  # StorageError: the runner retries the tick
+            self._weights_spoiled = False
         if self.config.group_timeout_s:
             for group in self.book.expire(self.config.group_timeout_s):
-                self.book.count("groups_expired")
-                log.warning("trainer: group %s expired incomplete (%d of %d requests rewarded)",
-                            group.group_id, len(group.chosen), group.group_size)  # fmt: skip
+                self._dead_letter_expired(group)
         if self._job is None and not self.finished_steps():
             self._maybe_launch()
         if time.monotonic() - self._pruned > 60:  # groups finished without a step add up too
@@ -342,6 +382,26 @@ class Trainer:
     def announced(self) -> None:
         """The newest checkpoint is on `policy-updates` already: do not announce it again."""
         self._outbox = [o for o in self._outbox if not isinstance(o.event, PolicyUpdate)]
+
+    def _dead_letter_expired(self, group: GroupState) -> None:
+        """Report every record an expired group held; release them once that is acknowledged."""
+        why = self.book.expired[group.group_id]
+        records = group.records()
+        self.book.count("groups_expired")
+        self.book.count("records_expired", len(records))
+        log.warning("trainer: group %s expired, %s; %d records dead-lettered", group.group_id,
+                    why, len(records))  # fmt: skip
+        for tp, offset, trajectory_id in records:
+            letter = DeadLetter.about(
+                source_topic=tp.topic, partition=tp.partition, offset=offset,
+                error=f"group {group.group_id} expired {why} (the record itself is intact; "
+                      "its bytes stay on the log at this offset)",
+                error_type="expired", service=self.name, key=trajectory_id.encode(),
+            )  # fmt: skip
+            self._outbox.append(Output(DEAD_LETTER, letter))
+        # Like a step's groups: released on the next tick, after the runner acknowledged
+        # the dead letters, so no commit passes records whose report could still be lost.
+        self._release.append(group.group_id)
 
     def _drain(self) -> list[Output]:
         out, self._outbox = self._outbox, []
@@ -420,6 +480,9 @@ class Trainer:
             )  # fmt: skip
 
         result = self.backend.step(job.batches, loss_fn, lambda s: load_images(self.blobs, s))
+        bad = self.backend.nonfinite_parameters()
+        if bad:
+            raise _NonFiniteWeights(f"the step left {bad} weights NaN or infinite")
         metrics = finish_stats(result["parts"])
         advantages = [a for p in job.plans for a in p.advantages]
         lags = [float(lag) for p in job.plans for lag in p.lags]
@@ -504,9 +567,13 @@ class Trainer:
                 self.book.give_back(job.groups)
                 self._uncount(job)
                 raise error  # the runner retries with backoff, then halts
+            if isinstance(error, NonFiniteStep | _NonFiniteWeights):
+                self._skip_nonfinite(job, error)
+                return
             log.error("trainer: step %d failed, its %d groups are dropped untrained: %r",
                       job.version, len(job.groups), error, exc_info=error)  # fmt: skip
             self.book.count("groups_failed", len(job.groups))
+            self.book.count("groups_trained", -len(job.groups))
             self.book.release([g.group_id for g in job.groups])
             return
         if job.uri is None:
@@ -517,7 +584,7 @@ class Trainer:
         self.steps += 1
         job.metrics["step_time_s"] = time.monotonic() - job.started
         self.last_step = dict(job.metrics)
-        self._release = [g.group_id for g in job.groups]
+        self._release += [g.group_id for g in job.groups]
         self.book.prune()
         self._outbox.append(
             Output("policy-updates", PolicyUpdate(
@@ -528,6 +595,36 @@ class Trainer:
         log.info("step %s", orjson.dumps(line).decode())
         if self.finished_steps() and self.on_done is not None:
             self.on_done()
+
+    def _skip_nonfinite(self, job: _Job, error: Exception) -> None:
+        """Drop a step whose numbers were not finite; keep (or load back) the last weights."""
+        # The update was applied: the next tick loads the last announced weights back,
+        # before any step can start from these.
+        self._weights_spoiled = isinstance(error, _NonFiniteWeights)
+        self.book.count("steps_nonfinite")
+        self.book.count("groups_nonfinite", len(job.groups))
+        self.book.count("groups_trained", -len(job.groups))
+        self.book.release([g.group_id for g in job.groups])
+        parts = getattr(error, "parts", [])
+        line = {
+            "service": self.name, "step": job.version, "reason": str(error),
+            "policy_version": self.version, "groups": sorted(g.group_id for g in job.groups),
+            **_rounded(finish_stats(parts) if parts else {}),
+        }  # fmt: skip
+        log.error("step skipped, not finite: %s; its groups are dropped untrained and version "
+                  "%d stays", orjson.dumps(line).decode(), self.version)  # fmt: skip
+
+    def _reload(self) -> None:
+        """Load the last announced weights (and optimizer state) back, or the base policy."""
+        reference = resolve_policy(self.base_policy) if self.config.uses_reference else None
+        if self.version == 0:
+            self.backend.load(resolve_policy(self.base_policy), reference=reference)
+            return
+        with (
+            self.store.local_model(self.version) as weights,
+            self.store.local_state(self.version) as state,
+        ):
+            self.backend.load(weights, reference=reference, optimizer_state=state)
 
     def _uncount(self, job: _Job) -> None:
         for plan in job.plans:  # these groups will be planned and counted again
@@ -564,8 +661,12 @@ class Trainer:
         return out
 
 
-def _rounded(metrics: dict[str, float]) -> dict[str, float]:
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in metrics.items()}
+def _rounded(metrics: dict[str, float]) -> dict[str, float | str]:
+    """Floats to 6 decimals; NaN and infinities as text (JSON has no such numbers)."""
+    return {
+        k: (v if not isinstance(v, float) else round(v, 6) if math.isfinite(v) else str(v))
+        for k, v in metrics.items()
+    }
 
 
 async def newest_announced(settings: BusSettings, timeout_s: float = 30.0) -> int:

@@ -56,8 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--micro-batch-tokens", type=int, default=8192, help="padded tokens per pass")
     p.add_argument("--micro-batch-rows", type=int, default=4, help="sequences per pass")
     p.add_argument(
-        "--group-timeout", type=float, default=3600.0,
-        help="drop a group idle this many seconds while incomplete (0: wait forever)",
+        "--group-timeout", type=float, default=900.0,
+        help="drop a group idle this many seconds while incomplete and dead-letter its records "
+        "(0: wait forever; keep it above the longest episode)",
     )  # fmt: skip
     p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
     p.add_argument("--keep-states", type=int, default=2, help="optimizer states kept")

@@ -8,4 +8,5 @@ render      chat history -> token ids, loss mask, images (full or by token diffs
 actions     policy response -> validated desktop action, or a ParseError
 logprobs    per-token logprobs recomputed as the trainer computes them
 check       the end-to-end generate-vs-recompute self-check
+checkpoint  what makes a folder a trainer checkpoint of a given version
 """

@@ -16,6 +16,11 @@ sequences are laid out on its devices. They meet in four types:
 
 A megatron backend plugs in by implementing `TrainerBackend` with its own packing
 (sequence packing, pipeline micro-batches) and returning the same TokenBatch.
+
+Numbers: a backend never applies an update whose loss or gradients are not finite; it
+raises `NonFiniteStep` instead, with the weights and the optimizer as they were (what
+fp16/bf16 overflow on GPUs, or an absurd rollout logprob, would otherwise write into the
+weights). `nonfinite_parameters` lets the service check weights before it announces them.
 """
 
 from __future__ import annotations
@@ -27,9 +32,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from runtime.errors import PolicyError
 from runtime.policy.processor import PolicyProcessor
 
 __all__ = [
+    "NonFiniteStep",
+    "count_nonfinite",
     "Sample",
     "PrefixRun",
     "MicroBatch",
@@ -38,6 +46,32 @@ __all__ = [
     "ImageLoader",
     "TrainerBackend",
 ]
+
+
+class NonFiniteStep(PolicyError):
+    """A step's loss or gradient norm was not finite: no update was applied."""
+
+    def __init__(
+        self, reason: str, parts: Sequence[dict[str, float]] = (), grad_norm: float | None = None
+    ) -> None:
+        super().__init__(reason)
+        self.parts = list(parts)  # the loss function's stats of the micro-batches computed
+        self.grad_norm = grad_norm  # None: the step stopped before the gradients were complete
+
+
+def count_nonfinite(tensors: Sequence[Any]) -> int:
+    """How many elements of the tensors are NaN or infinite."""
+    import torch
+
+    tensors = list(tensors)
+    if not tensors:
+        return 0
+    with torch.no_grad():
+        # A finite sum means no NaN and no infinity: one cheap reduction per tensor (2 ms for
+        # the tiny policy's 20M weights against 80 ms counting); only the rest are counted.
+        sums = torch.stack([t.sum(dtype=torch.float32) for t in tensors])
+        suspects = torch.nonzero(~torch.isfinite(sums)).flatten().tolist()
+        return sum(int((~torch.isfinite(tensors[i])).sum()) for i in suspects)
 
 
 @dataclass(frozen=True, eq=False)
@@ -125,8 +159,13 @@ class TrainerBackend(Protocol):
 
         Returns {"parts": the loss function's stats per micro-batch, "grad_norm",
         "micro_batches", "forward_backward_s", "optimizer_s"}. A failure leaves the weights
-        and the optimizer untouched.
+        and the optimizer untouched; a loss or gradient norm that is not finite raises
+        NonFiniteStep (nothing updated).
         """
+        ...
+
+    def nonfinite_parameters(self) -> int:
+        """How many weights of the model are NaN or infinite (0: all finite; every rank calls)."""
         ...
 
     def save(self, out: Path) -> None:

@@ -14,7 +14,9 @@ the policy's HF config with the local layer spec:
               and the trainer's LossFn gives the loss; gradients sum over micro-batches
               and data-parallel ranks (the loss is already normalised by the step's token
               count); then megatron's optimizer (`get_megatron_optimizer`: AdamW, gradient
-              clipping, optionally the distributed optimizer) steps once
+              clipping, optionally the distributed optimizer) steps once, unless a loss or
+              (fp32/bf16; fp16 is megatron's loss scaler's) a gradient is not finite:
+              NonFiniteStep, nothing updated
     save      megatron's layout -> an HF folder (safetensors), the same files the torch
               backend writes, loadable by `load_policy` and the rollout engines
 
@@ -45,7 +47,15 @@ from typing import Any
 
 import numpy as np
 
-from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, Sample, TokenBatch
+from consumers.trainer.backends.base import (
+    ImageLoader,
+    LossFn,
+    MicroBatch,
+    NonFiniteStep,
+    Sample,
+    TokenBatch,
+    count_nonfinite,
+)
 from consumers.trainer.backends.megatron_layout import (
     MegatronLayout,
     hf_names,
@@ -563,6 +573,20 @@ class MegatronBackend:
             items = [self._item(b, i) for i, b in mine]
             self._with_reference(items)
             outs = self._schedule(self.model, items, loss_fn)
+            # Each micro-batch's stats once: from its last stage, tensor-parallel rank 0.
+            own = outs if parallel_state.get_tensor_model_parallel_rank() == 0 else []
+            parts = sorted((o for o in _gather(own) if o["index"] >= 0), key=lambda o: o["index"])
+            stats = [o["stats"] for o in parts]
+            bad_loss = [i for i, part in enumerate(stats) if not math.isfinite(part["loss"])]
+            if bad_loss:
+                raise NonFiniteStep(
+                    f"micro-batch {bad_loss[0]}: the loss is {stats[bad_loss[0]]['loss']}", stats
+                )
+            # megatron's optimizer checks gradients only under fp16 loss scaling (where it
+            # also lowers the scale: that check must stay its own); in fp32 and bf16 it would
+            # apply NaN, so they are checked here, on every rank alike.
+            if self.config.dtype != "float16" and not self._gradients_finite():
+                raise NonFiniteStep("the gradients are not finite", stats, math.nan)
         except BaseException:
             self.model.zero_grad_buffer()  # a failed step leaves no trace
             self.optimizer.zero_grad()
@@ -572,17 +596,31 @@ class MegatronBackend:
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         if not updated:  # fp16 loss-scale overflow: megatron skipped the update
-            raise PolicyError("the megatron optimizer skipped the step (gradient overflow)")
-        # Each micro-batch's stats once: from its last stage, tensor-parallel rank 0.
-        own = outs if parallel_state.get_tensor_model_parallel_rank() == 0 else []
-        parts = sorted((o for o in _gather(own) if o["index"] >= 0), key=lambda o: o["index"])
+            raise NonFiniteStep(
+                "the gradients overflowed under fp16 loss scaling (megatron lowered the scale)",
+                stats,
+                math.inf,
+            )
         return {
-            "parts": [o["stats"] for o in parts],
+            "parts": stats,
             "grad_norm": float(grad_norm or 0.0),
             "micro_batches": len(batches),
             "forward_backward_s": forward_backward_s,
             "optimizer_s": time.monotonic() - started - forward_backward_s,
         }
+
+    def _gradients_finite(self) -> bool:
+        """Whether every rank's accumulated gradients (DDP's buffers) are finite."""
+        import torch
+
+        buffers = self.model.buffers + getattr(self.model, "expert_parallel_buffers", [])
+        local = all(bool(torch.isfinite(b.grad_data).all()) for b in buffers)
+        return _count_over_ranks(int(not local), self.device) == 0
+
+    def nonfinite_parameters(self) -> int:
+        """How many weights are NaN or infinite, over every rank (replicas counted each time)."""
+        local = count_nonfinite(list(self.model.module.parameters()))
+        return _count_over_ranks(local, self.device)
 
     # -- saving ---------------------------------------------------------------------------
     def hf_state_dict(self) -> dict[str, Any]:
@@ -735,6 +773,18 @@ def _is_first_rank() -> bool:
     import torch.distributed as dist
 
     return dist.get_rank() == 0
+
+
+def _count_over_ranks(count: int, device: Any) -> int:
+    """A count summed over every rank (every rank must call)."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_world_size() == 1:
+        return count
+    total = torch.tensor([count], dtype=torch.long, device=device)
+    dist.all_reduce(total)
+    return int(total.item())
 
 
 def _gather(objects: list[Any]) -> list[Any]:

@@ -3,7 +3,9 @@
 It holds the trainable policy, a frozen copy of the reference policy for the KL term (only
 when the KL coefficient is non-zero) and an AdamW optimizer. A step runs forward and
 backward per micro-batch, letting gradients accumulate (the loss is already normalised by
-the whole step's token count), then clips the gradient norm and takes one optimizer step.
+the whole step's token count), then clips the gradient norm and takes one optimizer step —
+unless a loss or the gradient norm is not finite: then it raises NonFiniteStep with the
+weights and the optimizer untouched.
 
 Logprobs are computed the way `runtime.policy.logprobs.token_logprobs` computes them — the
 same model inputs (`model_inputs`, with `mm_token_type_ids`), the same sampling
@@ -34,7 +36,15 @@ from typing import Any
 
 import numpy as np
 
-from consumers.trainer.backends.base import ImageLoader, LossFn, MicroBatch, Sample, TokenBatch
+from consumers.trainer.backends.base import (
+    ImageLoader,
+    LossFn,
+    MicroBatch,
+    NonFiniteStep,
+    Sample,
+    TokenBatch,
+    count_nonfinite,
+)
 from consumers.trainer.shared_prefix import pack_branches
 from runtime.errors import PolicyError
 from runtime.policy.logprobs import model_inputs, sampling_logprobs
@@ -325,21 +335,25 @@ class TorchBackend:
         self.optimizer.zero_grad(set_to_none=True)
         parts: list[dict[str, float]] = []
         try:
-            for batch in batches:
+            for index, batch in enumerate(batches):
                 token_batch = self._token_batch(batch, images)
                 loss, stats = loss_fn(token_batch)
-                loss.backward()
                 parts.append(stats)
+                if not bool(torch.isfinite(loss)):  # no use computing the rest of the step
+                    value = float(loss.detach())
+                    raise NonFiniteStep(f"micro-batch {index}: the loss is {value}", parts)
+                loss.backward()
                 del token_batch, loss
+            forward_backward_s = time.monotonic() - started
+            grads = [p.grad for p in self._trainable if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads) if grads else torch.tensor(0.0)
+            if not bool(torch.isfinite(norm)):
+                raise NonFiniteStep(f"the gradient norm is {float(norm)}", parts, float(norm))
         except BaseException:
             self.optimizer.zero_grad(set_to_none=True)  # a failed step leaves no trace
             raise
-        forward_backward_s = time.monotonic() - started
         if self.config.grad_clip > 0:
-            norm = torch.nn.utils.clip_grad_norm_(self._trainable, self.config.grad_clip)
-        else:
-            grads = [p.grad.norm() for p in self._trainable if p.grad is not None]
-            norm = torch.linalg.vector_norm(torch.stack(grads)) if grads else torch.tensor(0.0)
+            torch.nn.utils.clip_grads_with_norm_(self._trainable, self.config.grad_clip, norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return {
@@ -349,6 +363,10 @@ class TorchBackend:
             "forward_backward_s": forward_backward_s,
             "optimizer_s": time.monotonic() - started - forward_backward_s,
         }
+
+    def nonfinite_parameters(self) -> int:
+        """How many weights of the model (trained or frozen) are NaN or infinite."""
+        return count_nonfinite(list(self.model.parameters()))
 
     # -- saving ---------------------------------------------------------------------------
     def save(self, out: Path) -> None:

@@ -22,6 +22,7 @@ from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import run_steps
 from runtime.errors import ScaleCUAError, TaskError
+from topics.events import METRIC_SCORES
 
 __all__ = [
     "Evaluation",
@@ -152,4 +153,4 @@ async def run_metric(
     score = float(value)
     if math.isnan(score):
         return FuncScore(name, 0.0, "metric returned NaN")
-    return FuncScore(name, min(1.0, max(0.0, score)))
+    return FuncScore(name, min(METRIC_SCORES.high, max(METRIC_SCORES.low, score)))

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import openpyxl
 import orjson
+import pytest
 
 from consumers.judge.scoring import JudgeConfig, reward_for
 from consumers.judge.service import score_trajectory
 from runtime.blobstore import open_blob_store
-from topics.events import TrajectoryComplete
+from runtime.errors import ConfigError
+from topics.events import REWARD_SCORES, TrajectoryComplete
 
 
 def _trajectory(status: str, **kw: object) -> TrajectoryComplete:
@@ -32,6 +34,14 @@ def test_status_rules() -> None:
     unscorable = reward_for(_trajectory("done"), None, "artifacts unusable", config)
     assert not unscorable.scored and "artifacts unusable" in unscorable.reason
     assert done.dedup_id() == "g/0@0abc:v9"
+
+
+def test_the_judge_writes_only_scores_it_promises() -> None:
+    for penalty in (0.5, -1.5, float("nan")):
+        with pytest.raises(ConfigError, match=r"must be a penalty in \[-1, 0\]"):
+            JudgeConfig(incomplete_reward=penalty)
+    config = JudgeConfig(incomplete_reward=-1.0)
+    assert reward_for(_trajectory("max_steps"), 0.0, "metrics", config).score in REWARD_SCORES
 
 
 async def test_scoring_needs_only_the_manifest_and_the_blob_store(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from consumers.archiver.service import Archiver, ArchiverConfig
 from consumers.rollout.players import ScriptedPlayer, build_player
+from consumers.trainer.checkpoints import CheckpointStore
 from producers.rollout_requests import publish_requests, request_group
 from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer
@@ -24,6 +25,7 @@ from runtime.runs import run_resolver
 from runtime.service import ServiceRunner
 from tests.bus_reading import read_until
 from tests.consumers.rollout.harness import WAIT_TASK, publish_task, services
+from topics.codec import decode
 from topics.events import PolicyUpdate
 
 pytestmark = pytest.mark.desktop
@@ -186,10 +188,17 @@ async def test_smollm2_plays_on_text_observations_that_include_the_terminal(
     assert "Terminal (last lines):" in text and "SCALECUA-MARKER-42" in text
 
 
+def _checkpoint(root: Path, version: int, seed: int) -> str:
+    """A trainer checkpoint of the tiny policy (other weights), written as the trainer does."""
+    store = CheckpointStore(str(root))
+    return store.write(version, lambda out: init_tiny_policy(out, seed=seed), None,
+                       {"policy_version": version, "base_policy": "tiny"})  # fmt: skip
+
+
 async def test_workers_load_announced_weights_and_stamp_steps_with_the_version(
     bus_settings: BusSettings, blobs: BlobStore, tmp_path: Path
 ) -> None:
-    checkpoint = init_tiny_policy(tmp_path / "policy-v1", seed=1)
+    checkpoint = _checkpoint(tmp_path / "ckpt", 1, seed=1)
     player = build_player("tiny", sampling=SamplingParams(temperature=1.0, max_tokens=4))
     async with services(bus_settings, player, blobs, judge=False) as runner:
         await publish_requests(bus_settings, request_group("mousepad_new_poem", 1, max_steps=1))
@@ -208,6 +217,61 @@ async def test_workers_load_announced_weights_and_stamp_steps_with_the_version(
     assert versions == [0, 1]
     steps = await read_until(bus_settings, "rollout-step", lambda rs: len(rs) >= 2)
     assert sorted(s.event.policy_version for s in steps) == [0, 1]
+
+
+async def test_policy_updates_that_are_not_the_trainers_are_refused_and_reported(
+    bus_settings: BusSettings, blobs: BlobStore, tmp_path: Path
+) -> None:
+    # Issue 22: PolicyUpdate(999, "/nonexistent") made the scripted worker stamp every later
+    # episode as version 999 and never take the trainer's real versions.
+    v1 = _checkpoint(tmp_path / "ckpt", 1, seed=1)
+    bogus = PolicyUpdate(policy_version=999, checkpoint_uri="/nonexistent")
+    async with EventProducer(bus_settings) as producer:  # before the worker starts: catch-up
+        await producer.send_and_wait(
+            "policy-updates", PolicyUpdate(policy_version=1, checkpoint_uri=v1)
+        )
+        await producer.send_and_wait("policy-updates", bogus)
+    player = ScriptedPlayer(load_processor(resolve_policy("tiny")))
+    async with services(bus_settings, player, blobs, judge=False) as runner:
+        worker = runner.processor
+
+        async def settled(version: int, rejected: int) -> None:
+            try:
+                async with asyncio.timeout(60):
+                    while player.policy_version != version or (
+                        worker.stats()["updates_rejected"] != rejected
+                    ):
+                        await asyncio.sleep(0.05)
+            except TimeoutError:
+                raise AssertionError(f"version {player.policy_version}, not {version}") from None
+
+        await settled(1, 1)  # the newest (999) refused, the one before it adopted
+        async with EventProducer(bus_settings) as producer:  # while it runs
+            # A real checkpoint announced under another version, then the trainer's next one.
+            await producer.send_and_wait(
+                "policy-updates", PolicyUpdate(policy_version=5, checkpoint_uri=v1)
+            )
+            await settled(1, 2)
+            v2 = _checkpoint(tmp_path / "ckpt", 2, seed=2)
+            await producer.send_and_wait(
+                "policy-updates", PolicyUpdate(policy_version=2, checkpoint_uri=v2)
+            )
+        await settled(2, 2)
+        await publish_requests(bus_settings, request_group("mousepad_new_poem", 1, max_steps=1))
+        (complete,) = await read_until(bus_settings, "trajectory-complete", lambda r: len(r) >= 1)
+        stats = runner.metrics_snapshot()
+    steps = await read_until(bus_settings, "rollout-step", lambda r: len(r) >= 1)
+    assert complete.event.policy_version == 2 and {s.event.policy_version for s in steps} == {2}
+    assert stats["updates_rejected"] == 2 and stats["updates_adopted"] == 2
+    letters = [
+        r.event for r in await read_until(bus_settings, "dead-letter", lambda r: len(r) >= 2)
+    ]
+    assert [d.error_type for d in letters] == ["rejected", "rejected"]
+    assert all(d.source_topic == "policy-updates" and d.service == "rollout" for d in letters)
+    assert "policy version 999 from '/nonexistent' refused" in letters[0].error
+    assert "/nonexistent is not a complete checkpoint" in letters[0].error
+    assert f"{v1} holds policy version 1, not 5" in letters[1].error
+    assert decode("policy-updates", letters[0].original_value).checkpoint_uri == "/nonexistent"
 
 
 def test_the_cli_services_turn_a_group_of_requests_into_trajectories_and_rewards(

@@ -188,12 +188,30 @@ def test_expiry_and_malformed_segments() -> None:
     now[0] += 9
     assert book.expire(timeout_s=10) == []
     now[0] += 2
-    assert [g.group_id for g in book.expire(timeout_s=10)] == ["g"]
-    assert book.low_watermark(SEG) is None and log.add(reward("a", 1.0)) == "late"
+    (gone,) = book.expire(timeout_s=10)
+    # Its records stay held until the caller has reported them (dead letters) and releases.
+    assert gone.group_id == "g" and book.low_watermark(SEG) == 0
+    assert gone.missing() == "1 of 2 rewards never came; 1 scored trajectories lack segments"
+    assert [(tp, offset, t) for tp, offset, t in gone.records()] == [(REW, 0, "b"), (SEG, 0, "a")]
+    book.release(["g"])
+    assert book.low_watermark(SEG) is None
+    with pytest.raises(ValueError, match="group g expired before this record came"):
+        log.add(reward("a", 1.0))  # a latecomer is refused (dead-lettered), not ignored
     bad = SegmentReady(trajectory_id="x", segment_index=0, input_ids=[1, 2], loss_mask=[1, 0],
                        logprobs=[0.0, 0.0], group_id="h")  # fmt: skip
     with pytest.raises(ValueError, match="position 0"):
         book.add_segment(bad, SEG, 10)
+
+
+def test_a_record_that_contradicts_its_group_size_is_refused() -> None:
+    book = GroupBook(JUDGE)
+    log = Log(book)
+    log.add(reward("a", 1.0, size=2))
+    with pytest.raises(ValueError, match="group g has 2 members .* this record says 3"):
+        log.add(seg("b", 0, 1, size=3, sample=1))
+    with pytest.raises(ValueError, match="this record says 1"):
+        log.add(reward("c", 0.0, size=1))
+    assert book.pending["g"].group_size == 2 and list(book.pending["g"].trajectories) == ["a"]
 
 
 def test_micro_batches_respect_the_token_budget_and_sampling_settings() -> None:

@@ -126,6 +126,22 @@ def test_group_advantages_normalise_drop_failures_and_zero_equal_groups() -> Non
         assert all(a in (0.0, None) for a in result.advantages)
 
 
+def test_group_advantages_stay_finite_for_any_finite_scores() -> None:
+    # The finding of issue 22: 1.7e308 twice overflowed the mean and the squares to NaN.
+    huge = group_advantages([1.7e308, 1.7e308, 0.0]).advantages
+    assert huge == pytest.approx([1 / math.sqrt(3), 1 / math.sqrt(3), -2 / math.sqrt(3)])
+    assert group_advantages([1.7e308, -1.7e308, 0.0]).advantages == pytest.approx([1, -1, 0])
+    assert all(math.isfinite(a) for a in group_advantages([5e-324, 0.0, 1e-300]).advantages)
+    # Ordinary scores: exactly the formula, to the last bit.
+    kept = [1.0, 0.0, -0.2, 0.37]
+    mean = sum(kept) / 4
+    std = math.sqrt(sum((x - mean) ** 2 for x in kept) / 3)
+    assert group_advantages(kept).advantages == [(x - mean) / (std + 1e-6) for x in kept]
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite"):
+            group_advantages([1.0, bad, 0.0])
+
+
 def test_an_all_equal_group_trains_only_the_kl_term() -> None:
     logp, old, _, mask, ref, weights = _case(3)
     adv = torch.tensor(

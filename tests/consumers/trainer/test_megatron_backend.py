@@ -11,6 +11,7 @@ DDP gradient buffers, see the shim), the distributed optimizer, TP/PP > 1 and NC
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from consumers.trainer.backends import MicroBatch, Sample, TokenBatch, make_backend
+from consumers.trainer.backends import MicroBatch, NonFiniteStep, Sample, TokenBatch, make_backend
 from consumers.trainer.backends.megatron_backend import MegatronBackend
 from consumers.trainer.backends.megatron_layout import (
     hf_names,
@@ -226,6 +227,46 @@ def test_megatron_and_torch_give_the_same_logprobs_loss_and_update(
     assert not torch.equal(
         after["model.norm.weight"], load_file(str(llama / "model.safetensors"))["model.norm.weight"]
     )
+
+
+def _poisoned(batches: list[MicroBatch], advantage: float) -> list[MicroBatch]:
+    """The batches with one trained token's rollout logprob at -200 (finite, absurd): the
+    importance ratio exp(logp + 200) overflows float32 to inf."""
+    first = batches[0].samples[0]
+    old = first.old_logprobs.copy()
+    old[np.flatnonzero(first.mask)[0]] = -200.0
+    sample = dataclasses.replace(first, old_logprobs=old, advantage=advantage)
+    return [dataclasses.replace(batches[0], samples=(sample, *batches[0].samples[1:])),
+            *batches[1:]]  # fmt: skip
+
+
+def test_neither_backend_applies_a_step_whose_loss_or_gradient_is_not_finite(
+    cpu_megatron: None, llama: Path
+) -> None:
+    megatron = _megatron(llama, lr=1e-3)
+    reference = make_backend("torch", lr=1e-3)
+    reference.load(llama, reference=llama)
+    before = megatron.hf_state_dict()
+    torch_before = {k: v.clone() for k, v in reference.model.state_dict().items()}
+    # Â ≠ 0: the clipped loss is finite, its gradient NaN (0 · inf in backward); Â = 0: the
+    # loss itself is 0 · inf = NaN.
+    for advantage, reason in ((1.0, "gradient"), (0.0, "micro-batch 0: the loss is nan")):
+        batches = _poisoned(_batches(seed=3), advantage)
+        for backend in (megatron, reference):
+            with pytest.raises(NonFiniteStep, match=reason):
+                backend.step(batches, _grpo(batches), NO_IMAGES)
+    after = megatron.hf_state_dict()
+    assert all(torch.equal(after[k], before[k]) for k in before)
+    assert all(torch.equal(v, torch_before[k]) for k, v in reference.model.state_dict().items())
+    assert megatron.nonfinite_parameters() == 0 == reference.nonfinite_parameters()
+    assert (
+        megatron.optimizer.state_dict()["state"] == {} == reference.optimizer.state_dict()["state"]
+    )
+    # Nothing of the refused steps lingers in the gradient buffers: the next step is as usual.
+    batches = _batches(seed=3)
+    ours = megatron.step(batches, _grpo(batches), NO_IMAGES)
+    theirs = reference.step(batches, _grpo(batches), NO_IMAGES)
+    assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
 
 
 def test_a_checkpoint_loads_as_a_policy_and_the_optimizer_resumes(

@@ -100,3 +100,22 @@ def test_commands_fail_clearly_without_a_broker(tmp_path: Path) -> None:
 def test_unknown_topic_is_a_clean_error(cli_env: dict[str, str]) -> None:
     res = _run(["tail", "rewards", "--max", "1"], cli_env)
     assert res.returncode == 1 and b"unknown topic 'rewards'" in res.stderr
+
+
+def test_produce_refuses_impossible_rewards_with_a_one_line_reason(cli_env: dict[str, str]) -> None:
+    good = orjson.loads(_run(["produce", "reward", "--example"], cli_env).stdout)
+    lines = [
+        good | {"score": 1.7e308},  # issue 22: accepted before, and NaN advantages followed
+        good | {"group_size": 0},
+        good | {"group_size": -1},
+        good | {"sample_index": 8},
+        good,
+    ]
+    res = _run(["produce", "reward"], cli_env, b"".join(orjson.dumps(x) + b"\n" for x in lines))
+    assert res.returncode == 1
+    err = res.stderr.decode().splitlines()
+    assert err[0].startswith("line 1: reward: not a valid Reward: score 1.7e+308 is outside")
+    assert err[1] == "line 2: reward: not a valid Reward: group_size must be at least 1, not 0"
+    assert err[2] == "line 3: reward: not a valid Reward: group_size must be at least 1, not -1"
+    assert err[3] == "line 4: reward: not a valid Reward: sample_index 8 is outside a group of 8"
+    assert err[4] == "wrote 1 records to reward; 4 invalid lines"
