@@ -27,6 +27,7 @@ __all__ = [
     "PolicyUpdate",
     "DeadLetter",
     "RunStarted",
+    "Leadership",
     "SynthesisRequest",
     "SynthesisEvent",
     "SCHEMA_VERSION",
@@ -287,6 +288,21 @@ class RunStarted(Event, frozen=True, kw_only=True):
     def dedup_id(self) -> str:
         """Return the run id."""
         return self.run_id
+
+
+class Leadership(Event, frozen=True, kw_only=True):
+    """A singleton service's new term (`leaders`): this process now acts for the role.
+
+    Written by the member of the role's election that was given the `leaders` partition,
+    before it acts; the envelope's producer_id names the process.
+    """
+
+    role: str  # "sampler", ...
+    term: str  # unique per term: a holder re-elected with no term in between keeps its state
+
+    def dedup_id(self) -> str:
+        """Return (role, term)."""
+        return f"{self.role}:{self.term}"
 
 
 class SynthesisRequest(Event, frozen=True, kw_only=True):
