@@ -235,6 +235,9 @@ class TaskStats(Event, frozen=True, kw_only=True):
     rollouts: int = 0  # scored rollouts counted
     successes: int = 0  # ...of which succeeded
     last_group_id: str = ""
+    # Groups folded into these stats lately (group id -> wall-clock ms of the fold), so a
+    # restarted sampler that re-reads their rewards never folds one twice.
+    folded_groups: dict[str, int] = {}
 
     def dedup_id(self) -> str:
         """Return the task id: the latest stats win."""
