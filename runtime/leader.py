@@ -182,7 +182,7 @@ class SingletonService:
             # Subscribed after start(), which would otherwise wait for the first assignment.
             await _bounded(consumer.start(), self.settings.connect_timeout_s, "connecting")
             consumer.subscribe([LEADERS], listener=_Listener(self))
-            log.info("%s: joined the election (%s); standby until elected", self.role,
+            log.info("%s: in the election (group %s); standby until elected", self.role,
                      election_group(self.role))  # fmt: skip
             poll = asyncio.create_task(self._poll(consumer))
             while not self._stop.is_set():
@@ -272,6 +272,8 @@ class SingletonService:
         else:
             await self._close_term()
             await self._open_term()
+        if not self._held:  # revoked while the term opened: the stand-down waits for us
+            return
         runner = ServiceRunner(self.processor, self.settings, **self.runner_options)
         self.runner = runner
         self._task = asyncio.create_task(runner.run(install_signal_handlers=False))
