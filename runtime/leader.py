@@ -125,6 +125,8 @@ class _Listener(ConsumerRebalanceListener):
         await self.service._stand_down()
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if assigned and self.service._consumer is not None:
+            self.service._consumer.pause(*assigned)  # held, not read: no fetch every few ms
         self.service._assigned(any(tp.topic == LEADERS for tp in assigned))
 
 
@@ -161,6 +163,7 @@ class SingletonService:
         self._term_stack: contextlib.AsyncExitStack | None = None
         self._task: asyncio.Task | None = None  # the runner's run()
         self._failure: BaseException | None = None
+        self._consumer: AIOKafkaConsumer | None = None  # the election's
 
     def stop(self) -> None:
         """Ask the service to stop its runner (if active), leave the election and return."""
@@ -176,7 +179,7 @@ class SingletonService:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        consumer = self._consumer()
+        consumer = self._consumer = self._election_consumer()
         poll: asyncio.Task | None = None
         try:
             # Subscribed after start(), which would otherwise wait for the first assignment.
@@ -223,7 +226,7 @@ class SingletonService:
             raise self._failure
 
     # -- the election ------------------------------------------------------------------
-    def _consumer(self) -> AIOKafkaConsumer:
+    def _election_consumer(self) -> AIOKafkaConsumer:
         s = self.settings
         return AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
@@ -240,7 +243,8 @@ class SingletonService:
         )
 
     async def _poll(self, consumer: AIOKafkaConsumer) -> None:
-        """Keep polling: aiokafka leaves a group whose consumer is not polled for a while."""
+        """Keep polling (the partition is paused): aiokafka leaves a group whose consumer is
+        not polled for a while."""
         while True:
             try:
                 await consumer.getmany(timeout_ms=1000)
