@@ -313,8 +313,8 @@ class Sampler:
         """Nothing to persist: partial groups are re-read after a restart."""
         return []
 
-    def summary(self) -> dict[str, float]:
-        """Counters for logs and the dashboard."""
+    def stats(self) -> dict[str, float]:
+        """Counters for the runner's metrics line and /metrics."""
         return {
             "tasks": len(self.pool),
             "batches": self.batches,

@@ -161,7 +161,8 @@ async def test_refill_replaces_groups_the_trainer_cannot_use(bus_settings: BusSe
         await _judge(bus_settings, second[4:], lambda r: float(r.sample_index))
         await asyncio.sleep(1.0)
         assert len(requests.records) == 8, "three usable groups are a batch and a half ahead"
-        assert runner.processor.summary()["unusable_groups"] == 1
+        assert runner.processor.stats()["unusable_groups"] == 1
+        assert runner.runner.metrics_snapshot()["unusable_groups"] == 1  # and in /metrics
         runner.stop()
         await asyncio.wait_for(task, 30)
     await requests.close()
