@@ -37,6 +37,7 @@ __all__ = [
     "PolicyUpdate",
     "DeadLetter",
     "RunStarted",
+    "Leadership",
     "SynthesisRequest",
     "SynthesisEvent",
     "SCHEMA_VERSION",
@@ -342,6 +343,9 @@ class TaskStats(Event, frozen=True, kw_only=True):
     rollouts: int = 0  # scored rollouts counted
     successes: int = 0  # ...of which succeeded
     last_group_id: str = ""
+    # Groups folded into these stats lately (group id -> wall-clock ms of the fold), so a
+    # restarted sampler that re-reads their rewards never folds one twice.
+    folded_groups: dict[str, int] = {}
 
     def dedup_id(self) -> str:
         """Return the task id: the latest stats win."""
@@ -432,6 +436,21 @@ class RunStarted(Event, frozen=True, kw_only=True):
     def dedup_id(self) -> str:
         """Return the run id."""
         return self.run_id
+
+
+class Leadership(Event, frozen=True, kw_only=True):
+    """A singleton service's new term (`leaders`): this process now acts for the role.
+
+    Written by the member of the role's election that was given the `leaders` partition,
+    before it acts; the envelope's producer_id names the process.
+    """
+
+    role: str  # "sampler", ...
+    term: str  # unique per term: a holder re-elected with no term in between keeps its state
+
+    def dedup_id(self) -> str:
+        """Return (role, term)."""
+        return f"{self.role}:{self.term}"
 
 
 class SynthesisRequest(Event, frozen=True, kw_only=True):

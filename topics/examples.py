@@ -5,6 +5,7 @@ from __future__ import annotations
 from topics.events import (
     DeadLetter,
     Event,
+    Leadership,
     PolicyUpdate,
     Reward,
     RolloutRequest,
@@ -29,6 +30,7 @@ def example_event(topic_name: str) -> Event:
     event_type = topic(topic_name).event_type
     examples: dict[type[Event], Event] = {
         RunStarted: RunStarted(run_id="20261122T181923Z-3fa2c1", origin="embedded"),
+        Leadership: Leadership(role="sampler", term="5c0e2b7d9a41"),
         TaskEvent: TaskEvent(
             task_id="mousepad-hello",
             task={

@@ -8,6 +8,7 @@ from runtime.errors import ConfigError
 from topics.events import (
     DeadLetter,
     Event,
+    Leadership,
     PolicyUpdate,
     Reward,
     RolloutRequest,
@@ -21,7 +22,7 @@ from topics.events import (
     TrajectoryComplete,
 )
 
-__all__ = ["TopicSpec", "TOPICS", "topic", "topic_names", "DEAD_LETTER", "RUNS"]
+__all__ = ["TopicSpec", "TOPICS", "topic", "topic_names", "DEAD_LETTER", "RUNS", "LEADERS"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class TopicSpec:
 
 DEAD_LETTER = "dead-letter"
 RUNS = "runs"
+LEADERS = "leaders"
 _BY_REQUEST = ("request_id", "trajectory_id")
 
 TOPICS: dict[str, TopicSpec] = {
@@ -90,6 +92,8 @@ TOPICS: dict[str, TopicSpec] = {
         TopicSpec(
             "synthesis", SynthesisEvent, "candidate_id", 4, False, "VeriGen loop stages", True
         ),
+        # One partition: each singleton role's consumer group hands it to exactly one member.
+        TopicSpec(LEADERS, Leadership, "role", 1, False, "singleton services' terms"),
         TopicSpec(DEAD_LETTER, DeadLetter, "source_topic", 1, False, "unprocessable records"),
     )
 }

@@ -1,15 +1,27 @@
 """The sampler service: rewards in, Frontier Sampling state out, rollout requests ahead.
 
-Run one sampler per training run (it is a singleton: it consumes `reward` and
-`policy-updates` in its own group). It
+The sampler is a singleton per training run: start more than one and one is active, the
+others wait as standbys and take over when it dies or leaves (a leader election on the log,
+runtime/leader.py); only the active one reads `reward` and `policy-updates` (in its own
+group) and writes. It
 
 - keeps the pool of training tasks from `tasks` (new tasks join while it runs;
   tasks of any other split — `benchmark`, `heldout` — never do), restored from `task-stats` after a restart;
 - folds each finished group into the task's EMA pass rate and writes `task-stats`. A group
   is finished when a reward (of the configured judge version) is in for each of its
   `group_size` requests; environment failures (`scored=False`) are not attempts, so a
-  group of only failures changes nothing. Rewards of unfinished groups are held, so their
+  group of only failures changes no count. Rewards of unfinished groups are held, so their
   offsets stay uncommitted (the low-watermark) and a restart re-reads them;
+- folds every group exactly once, across restarts and take-overs. A group's rewards are
+  spread over `reward`'s partitions, and the commit of a partition waits for the oldest
+  unfinished group on it, so a restart re-reads rewards of groups it already folded — all
+  of a group's, or only the part on partitions whose commit had not moved. The task-stats
+  record that folds a group also names it (`folded_groups`, the groups folded into the task
+  within the last group timeout plus an hour); a restarted sampler loads those names and
+  drops, without holding them, rewards of groups it folded already. That is enough: a
+  reward can be re-read only while an older group holds its partition's commit, and every
+  group is closed within the group timeout of its first reward (counted in log time, so a
+  restart does not start the clock again);
 - keeps the pipeline fed: it writes the next batch (B tasks × n requests) while fewer than
   `max_in_flight` of its batches are unfinished AND it is at most `max_ahead` batches ahead
   of the trainer (one `policy-updates` record per training step). Rollouts then never run
@@ -46,13 +58,18 @@ from consumers.sampler.frontier import FrontierConfig, select
 from consumers.sampler.pool import TaskPool
 from runtime.bus import Record
 from runtime.config import BusSettings
-from runtime.service import Output, ServiceRunner
+from runtime.leader import SingletonService
+from runtime.service import Output
 from runtime.tables import TopicTable
 from topics.events import PolicyUpdate, Reward, RolloutRequest, TaskEvent, TaskStats
 
-__all__ = ["SamplerConfig", "Sampler", "sampler_service"]
+__all__ = ["SamplerConfig", "Sampler", "open_sampler", "sampler_service"]
 
 log = logging.getLogger(__name__)
+
+_FOLD_MEMORY_MARGIN_S = 3600.0  # folded groups are remembered this long beyond the timeout
+_FOLDED_PER_TASK = 512  # at most this many remembered per task (bounds a task-stats record)
+_CATCH_UP_GRACE_S = 60.0  # a re-read group is not timed out before its other rewards are read
 
 
 @dataclass(frozen=True)
@@ -80,7 +97,8 @@ class _Group:
     size: int
     batch: int | None  # the batch of this sampler run that requested it, if any
     rewards: dict[int, tuple[TopicPartition, int, Reward]] = field(default_factory=dict)
-    opened: float = field(default_factory=time.monotonic)
+    first_ms: float | None = None  # log time of its first reward: the timeout counts from it
+    seen: float = field(default_factory=time.monotonic)  # when this process first held it
 
 
 class Sampler:
@@ -101,11 +119,15 @@ class Sampler:
         self._groups: dict[str, _Group] = {}
         self._benchmark: set[str] = set()
         self._requested_unseen: set[str] = set()  # tasks whose initial-pass group is requested
+        self._folded: dict[str, int] = {}  # group id -> when it was folded (wall-clock ms)
+        self._folded_by_task: dict[str, dict[str, int]] = {}  # ...per task, as task-stats has it
+        self._pruned = time.monotonic()
         self._run = uuid.uuid4().hex[:6]
         self.groups_finished = 0
         self.useful_groups = 0
         self.unusable_groups = 0  # this run's finished groups with fewer than 2 distinct scores
         self.unscored = 0
+        self.late_rewards = 0  # rewards of groups folded already (re-read, or stragglers)
 
     # -- tasks and restored state ------------------------------------------------------
     def add_task(self, event: TaskEvent) -> None:
@@ -119,7 +141,11 @@ class Sampler:
         self.pool.add(event.task_id)
 
     def restore(self, stats: TaskStats) -> None:
-        """Load a task's stats from `task-stats` (tasks not in the pool are ignored)."""
+        """Load a task's stats from `task-stats`: the groups folded into it, and its state if
+        the task is in the pool."""
+        for group_id, when in stats.folded_groups.items():
+            self._folded[group_id] = when
+            self._folded_by_task.setdefault(stats.task_id, {})[group_id] = when
         if stats.task_id in self.pool:
             self.pool.restore(stats)
 
@@ -134,12 +160,17 @@ class Sampler:
         reward: Reward = event
         if reward.judge_version != self.config.judge_version:
             return []
+        if reward.group_id in self._folded:
+            self.late_rewards += 1
+            return []  # folded already: dropped, not held, so it pins no commit
         group = self._groups.get(reward.group_id)
         if group is None:
             group = self._groups[reward.group_id] = _Group(reward.task_id, reward.group_size, None)
         if reward.sample_index in group.rewards:
             return []  # a second trajectory for one request (a zombie retry): first one wins
         group.rewards[reward.sample_index] = (record.tp, record.offset, reward)
+        logged = record.timestamp_ms if record.timestamp_ms > 0 else time.time() * 1000
+        group.first_ms = logged if group.first_ms is None else min(group.first_ms, logged)
         if len(group.rewards) < group.size:
             return []
         return self._finish(reward.group_id)
@@ -160,15 +191,46 @@ class Sampler:
             self.useful_groups += 1
         elif group.batch is not None:
             self.unusable_groups += 1
+        folded = self._remember_fold(group.task_id, group_id)
         if group.task_id not in self.pool:
             return []
-        stats = self.pool.record_group(group.task_id, scores)
-        if stats is None:
-            return []
+        # A group of only environment failures changes no count, but is still written as
+        # folded: a restart that re-reads part of it must not hold that part.
+        stats = self.pool.record_group(group.task_id, scores) or self.pool.stats(group.task_id)
         stats = msgspec.structs.replace(
-            stats, policy_version=self.policy_version, last_group_id=group_id
-        )
+            stats, policy_version=self.policy_version, last_group_id=group_id,
+            folded_groups=folded,
+        )  # fmt: skip
         return [Output("task-stats", stats)]
+
+    def _fold_memory_ms(self) -> float:
+        """How long a folded group is remembered: a re-read can meet it only that long."""
+        return 1000 * (self.config.group_timeout_s + _FOLD_MEMORY_MARGIN_S)
+
+    def _remember_fold(self, task_id: str, group_id: str) -> dict[str, int]:
+        """Note a group as folded; return the task's folded groups still worth remembering."""
+        now = int(time.time() * 1000)
+        self._folded[group_id] = now
+        mine = self._folded_by_task.setdefault(task_id, {})
+        mine[group_id] = now
+        oldest = now - self._fold_memory_ms()
+        kept = sorted(((w, g) for g, w in mine.items() if w >= oldest), reverse=True)
+        if len(kept) > _FOLDED_PER_TASK:
+            log.warning("task %s: %d groups folded within %.0f h; remembering the newest %d",
+                        task_id, len(kept), self._fold_memory_ms() / 3.6e6, _FOLDED_PER_TASK)  # fmt: skip
+        self._folded_by_task[task_id] = {g: w for w, g in kept[:_FOLDED_PER_TASK]}
+        return dict(self._folded_by_task[task_id])
+
+    def _prune_folded(self) -> None:
+        """Forget folds older than the fold memory (their rewards cannot come back)."""
+        oldest = time.time() * 1000 - self._fold_memory_ms()
+        self._folded = {g: w for g, w in self._folded.items() if w >= oldest}
+        for task_id, groups in list(self._folded_by_task.items()):
+            kept = {g: w for g, w in groups.items() if w >= oldest}
+            if kept:
+                self._folded_by_task[task_id] = kept
+            else:
+                del self._folded_by_task[task_id]
 
     def low_watermark(self, tp: TopicPartition) -> int | None:
         """The oldest reward offset of `tp` in an unfinished group."""
@@ -178,12 +240,20 @@ class Sampler:
     async def tick(self) -> list[Output]:
         """Close timed-out groups; write the next batch when the pipeline has room."""
         out: list[Output] = []
-        now = time.monotonic()
+        now, now_ms = time.monotonic(), time.time() * 1000
+        timeout_s = self.config.group_timeout_s
+        grace = min(_CATCH_UP_GRACE_S, timeout_s)
         for group_id, group in list(self._groups.items()):
-            if group.rewards and now - group.opened > self.config.group_timeout_s:
+            if not group.rewards or now - group.seen <= grace:
+                continue
+            age = (now_ms - group.first_ms) / 1000
+            if age > timeout_s:
                 log.warning("group %s: %d of %d rewards after %.0f s; closing it", group_id,
-                            len(group.rewards), group.size, now - group.opened)  # fmt: skip
+                            len(group.rewards), group.size, age)  # fmt: skip
                 out += self._finish(group_id)
+        if now - self._pruned > 60:
+            self._pruned = now
+            self._prune_folded()
         if self._room():
             out += self._next_batch()
         return out
@@ -243,8 +313,8 @@ class Sampler:
         """Nothing to persist: partial groups are re-read after a restart."""
         return []
 
-    def summary(self) -> dict[str, float]:
-        """Counters for logs and the dashboard."""
+    def stats(self) -> dict[str, float]:
+        """Counters for the runner's metrics line and /metrics."""
         return {
             "tasks": len(self.pool),
             "batches": self.batches,
@@ -252,27 +322,39 @@ class Sampler:
             "useful_groups": self.useful_groups,
             "unusable_groups": self.unusable_groups,
             "unscored_rollouts": self.unscored,
+            "late_rewards": self.late_rewards,
             "in_flight_batches": len(self._unfinished),
             "policy_version": self.policy_version,
         }
 
 
 @contextlib.asynccontextmanager
-async def sampler_service(
-    settings: BusSettings, config: SamplerConfig, *, metrics_port: int | None = None
-) -> AsyncIterator[ServiceRunner]:
-    """Load the task pool (tasks, then restored task-stats) and yield the sampler's runner."""
+async def open_sampler(settings: BusSettings, config: SamplerConfig) -> AsyncIterator[Sampler]:
+    """Load the task pool (tasks, then restored task-stats) and yield a sampler following `tasks`."""
     sampler = Sampler(config)
     tasks = await TopicTable(settings, "tasks", on_change=_on_task(sampler)).start()
-    stats = await TopicTable(settings, "task-stats").start()
-    await stats.stop()
-    for event in stats.values():
-        sampler.restore(event)
-    log.info("sampler: %d tasks, %d with stats from task-stats", len(sampler.pool), len(stats))
     try:
-        yield ServiceRunner(sampler, settings, metrics_port=metrics_port)
+        stats = await TopicTable(settings, "task-stats").start()
+        await stats.stop()
+        for event in stats.values():
+            sampler.restore(event)
+        log.info("sampler: %d tasks, %d with stats from task-stats, %d groups folded lately",
+                 len(sampler.pool), len(stats), len(sampler._folded))  # fmt: skip
+        yield sampler
     finally:
         await tasks.stop()
+
+
+@contextlib.asynccontextmanager
+async def sampler_service(
+    settings: BusSettings, config: SamplerConfig, *, metrics_port: int | None = None
+) -> AsyncIterator[SingletonService]:
+    """Yield the sampler as a singleton: `run()` waits as a standby until elected, then loads
+    the pool from the log and runs the sampler's runner while it stays elected."""
+    yield SingletonService(
+        settings, config.group_id, lambda: open_sampler(settings, config),
+        runner_options={"metrics_port": metrics_port},
+    )  # fmt: skip
 
 
 def _on_task(sampler: Sampler):  # noqa: ANN202 - a callback

@@ -141,14 +141,36 @@ def events_to_table(
     return pa.Table.from_pydict(data, schema=arrow_schema(event_type))
 
 
+@cache
+def _defaulted(event_type: type[Event]) -> frozenset[str]:
+    """Fields with a default that cannot be None: a null there is a column an older file lacks."""
+    info = msgspec.inspect.type_info(event_type)
+    return frozenset(
+        f.name
+        for f in info.fields
+        if not f.required
+        and not isinstance(f.type, msgspec.inspect.NoneType)
+        and not (
+            isinstance(f.type, msgspec.inspect.UnionType)
+            and any(isinstance(t, msgspec.inspect.NoneType) for t in f.type.types)
+        )
+    )
+
+
 def table_to_events(event_type: type[Event], table: pa.Table) -> list[Event]:
-    """Rebuild events from archive rows (the inverse of events_to_table's event columns)."""
+    """Rebuild events from archive rows (the inverse of events_to_table's event columns).
+
+    A field added to the event after a file was written reads as its default.
+    """
     cols = _columns(event_type)
+    defaulted = _defaulted(event_type)
     out: list[Event] = []
     for row in table.to_pylist():
         fields = {}
         for name, _, as_json in cols:
             value = row.get(name)
+            if value is None and name in defaulted:
+                continue  # not in that file: the event's default applies
             if as_json and isinstance(value, str):
                 value = orjson.loads(value)
             fields[name] = value

@@ -14,9 +14,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sample",
         help="the sampler: rewards -> task-stats (EMA pass rates) and the next rollout requests",
         description=(
-            "Run one sampler per training run: it folds each finished group into its task's EMA "
-            "pass rate (task-stats) and writes batches of rollout requests chosen by Frontier "
-            "Sampling, a bounded number of batches ahead of the trainer."
+            "The sampler folds each finished group into its task's EMA pass rate (task-stats), "
+            "exactly once across restarts, and writes batches of rollout requests chosen by "
+            "Frontier Sampling, a bounded number of batches ahead of the trainer. One sampler "
+            "acts per training run: start another and it waits as a standby, taking over when "
+            "the active one dies or stops."
         ),
     )
     p.add_argument("--strategy", default="frontier",

@@ -7,7 +7,7 @@ import asyncio
 import time
 
 from consumers.sampler.frontier import FrontierConfig
-from consumers.sampler.service import SamplerConfig, sampler_service
+from consumers.sampler.service import SamplerConfig, open_sampler, sampler_service
 from producers.task_import import publish_tasks
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings
@@ -100,7 +100,13 @@ async def test_sampler_feeds_the_pipeline_and_folds_rewards_into_task_stats(
         await stats.until(lambda ss: len(ss) >= 2)
         by_task = {s.task_id: s for s in stats.records}
         assert by_task[solved].ema_pass_rate == 1.0 and by_task[solved].attempts == 1
-        assert broken not in by_task  # environment failures are no attempt
+        # Environment failures are no attempt; the group is still written as folded.
+        await stats.until(lambda ss: broken in {s.task_id for s in ss})
+        broken_stats = [s for s in stats.records if s.task_id == broken][-1]
+        assert (broken_stats.attempts, broken_stats.rollouts, broken_stats.ema_pass_rate) == (
+            0, 0, -1.0
+        )  # fmt: skip
+        assert broken_stats.last_group_id in broken_stats.folded_groups
         # The batch finished: the next one has the two unseen tasks and the broken one again.
         second = await requests.until(lambda rs: len(rs) >= 12)
         assert {r.task_id for r in second[6:]} == {t for t in (f"t{i}" for i in range(5))
@@ -125,8 +131,8 @@ async def test_sampler_feeds_the_pipeline_and_folds_rewards_into_task_stats(
     latest = {s.task_id: s for s in stats.records}
 
     # A restarted sampler restores every task's state from task-stats.
-    async with sampler_service(bus_settings, config) as runner:
-        pool = runner.processor.pool
+    async with open_sampler(bus_settings, config) as sampler:
+        pool = sampler.pool
         for task_id, s in latest.items():
             restored = pool.stats(task_id)
             assert (restored.ema_pass_rate, restored.attempts) == (s.ema_pass_rate, s.attempts)
@@ -155,7 +161,8 @@ async def test_refill_replaces_groups_the_trainer_cannot_use(bus_settings: BusSe
         await _judge(bus_settings, second[4:], lambda r: float(r.sample_index))
         await asyncio.sleep(1.0)
         assert len(requests.records) == 8, "three usable groups are a batch and a half ahead"
-        assert runner.processor.summary()["unusable_groups"] == 1
+        assert runner.processor.stats()["unusable_groups"] == 1
+        assert runner.runner.metrics_snapshot()["unusable_groups"] == 1  # and in /metrics
         runner.stop()
         await asyncio.wait_for(task, 30)
     await requests.close()

@@ -1,0 +1,356 @@
+"""Leader election on the log: one active member per singleton role, the others standbys.
+
+Some services must act once per training run (the sampler writes the batches and folds
+rewards into `task-stats`; the trainer owns the optimizer). Start a second copy and it
+waits as a standby, taking over when the active one dies or leaves:
+
+    service = SingletonService(settings, "sampler", open_term=lambda: open_sampler(...))
+    await service.run()        # a standby until elected; then runs the processor's runner
+
+How it works: every member of a role joins the consumer group `<role>-leader` on the
+one-partition `leaders` topic, and Kafka's group protocol gives that partition to exactly
+one member. Only that member runs the role's processor on a `ServiceRunner`.
+
+- **Sticky.** The assignor gives the partition to the member that already holds it (its
+  JoinGroup metadata says so; after a stall two may claim it and the newest term wins), so
+  a standby joining or leaving does not move it. With nobody holding it, the member with
+  the smallest id gets it.
+- **Stop before handing over.** Rebalances are eager: aiokafka calls
+  `on_partitions_revoked` before the member's JoinGroup, and the group's next assignment
+  waits for that JoinGroup (or the member's session to expire). The holder stops its
+  runner inside that callback, so a live holder has stopped acting (flushed and committed
+  what it handled) before the partition can go to anyone else. A holder killed with
+  kill -9 stops by dying; its session expires after `session_timeout_ms` and a standby takes
+  over. A holder whose process stalls past the session timeout is taken for dead and may
+  act until it notices; a lease without broker-side fencing cannot rule that out, and the
+  term check below makes it rebuild its state instead of trusting what it held.
+- **Terms.** The member given the partition writes `Leadership(role, term)` to `leaders`
+  and waits for the acknowledgement before it acts. Every rebalance of the election group
+  stops the holder's runner for a moment (revocation comes first); when the partition comes
+  back and the role's last `leaders` record is still its own term, nobody acted in between,
+  and it restarts a runner on the processor it kept (no state lost: in-flight work stays
+  counted). Otherwise it closes its term and opens a new one, which rebuilds the state from
+  the log.
+
+The election consumer uses `BusSettings`' group timeouts (on the embedded broker a JoinGroup
+is held for half the session timeout, so a lone member is elected in about that long).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.cluster import ClusterMetadata
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
+from aiokafka.coordinator.protocol import (
+    ConsumerProtocolMemberAssignment,
+    ConsumerProtocolMemberMetadata,
+)
+from aiokafka.errors import KafkaError
+
+from runtime.bus import EventConsumer, EventProducer
+from runtime.config import BusSettings
+from runtime.errors import BrokerError, BrokerTimeout, InfrastructureError
+from runtime.service import Processor, ServiceRunner
+from topics.events import Leadership
+from topics.registry import LEADERS
+
+__all__ = ["SingletonService", "election_group"]
+
+log = logging.getLogger(__name__)
+
+
+def election_group(role: str) -> str:
+    """Return the consumer group a role's members join to elect its leader."""
+    return f"{role}-leader"
+
+
+class _StickyLeader(AbstractPartitionAssignor):
+    """Every partition to one member: the one already holding them, else the smallest id.
+
+    An instance (not the class) goes to aiokafka: `claim` is this member's own state, sent
+    in its JoinGroup metadata. aiokafka only calls `name`, `metadata`, `assign` and
+    `on_assignment` on what it is given.
+    """
+
+    name = "scalecua-sticky-leader"
+    version = 0
+
+    def __init__(self) -> None:
+        self.claim = 0  # while holding: when its hold began (ms), so the newest claim wins
+
+    def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
+        """Return this member's subscription, with its claim as user data."""
+        data = str(self.claim).encode() if self.claim else b""
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data)
+
+    def assign(  # type: ignore[override]
+        self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
+    ) -> dict[str, ConsumerProtocolMemberAssignment]:
+        """Give every subscribed partition to the holder (or the smallest member id)."""
+        claims = {m: _claim(meta.user_data) for m, meta in members.items()}
+        claimed = [m for m, c in claims.items() if c]
+        holder = max(claimed, key=lambda m: (claims[m], m)) if claimed else min(members)
+        topics = sorted({t for meta in members.values() for t in meta.subscription})
+        layout = [(t, sorted(cluster.partitions_for_topic(t) or ())) for t in topics]
+        return {
+            m: ConsumerProtocolMemberAssignment(self.version, layout if m == holder else [], b"")
+            for m in members
+        }
+
+    def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
+        """Nothing to do: the rebalance listener tracks the hold."""
+
+
+def _claim(data: bytes | None) -> int:
+    try:
+        return int(data or b"0")
+    except ValueError:  # a member of another version: no claim
+        return 0
+
+
+class _Listener(ConsumerRebalanceListener):
+    def __init__(self, service: SingletonService) -> None:
+        self.service = service
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        await self.service._stand_down()
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        if assigned and self.service._consumer is not None:
+            self.service._consumer.pause(*assigned)  # held, not read: no fetch every few ms
+        self.service._assigned(any(tp.topic == LEADERS for tp in assigned))
+
+
+class SingletonService:
+    """Runs a role's processor on a `ServiceRunner` only while this process is its leader."""
+
+    def __init__(
+        self,
+        settings: BusSettings,
+        role: str,
+        open_term: Callable[[], AbstractAsyncContextManager[Processor]],
+        *,
+        runner_options: dict | None = None,
+        stop_timeout_s: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.role = role
+        self.open_term = open_term  # loads the role's state from the log; yields its processor
+        self.runner_options = runner_options or {}
+        # A runner that does not stop within this is cancelled: the election must answer
+        # before the group's rebalance timeout or it drops this member.
+        self.stop_timeout_s = stop_timeout_s or settings.rebalance_timeout_ms / 2000
+        self.processor: Processor | None = None  # the current term's, None while standby
+        self.runner: ServiceRunner | None = None  # set while acting
+        self.terms = 0  # terms this process opened
+        self.term: str | None = None
+        self.active = asyncio.Event()  # set while the runner runs
+        self._assignor = _StickyLeader()
+        self._held = False  # given the partition and not revoked since
+        self._lost = False  # the last assignment gave the partition to another member
+        self._stop = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._lock = asyncio.Lock()  # a take-over and a stand-down never interleave
+        self._term_stack: contextlib.AsyncExitStack | None = None
+        self._task: asyncio.Task | None = None  # the runner's run()
+        self._failure: BaseException | None = None
+        self._consumer: AIOKafkaConsumer | None = None  # the election's
+
+    def stop(self) -> None:
+        """Ask the service to stop its runner (if active), leave the election and return."""
+        self._stop.set()
+        self._changed.set()
+
+    async def run(self, *, install_signal_handlers: bool = True) -> None:
+        """Wait as a standby, act while elected, until stop() or SIGTERM/SIGINT.
+
+        Raises what stopped the runner if it stopped on its own (ServiceHalted).
+        """
+        loop = asyncio.get_running_loop()
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        consumer = self._consumer = self._election_consumer()
+        poll: asyncio.Task | None = None
+        try:
+            # Subscribed after start(), which would otherwise wait for the first assignment.
+            await _bounded(consumer.start(), self.settings.connect_timeout_s, "connecting")
+            consumer.subscribe([LEADERS], listener=_Listener(self))
+            log.info("%s: in the election (group %s); standby until elected", self.role,
+                     election_group(self.role))  # fmt: skip
+            poll = asyncio.create_task(self._poll(consumer))
+            while not self._stop.is_set():
+                waits = [asyncio.create_task(self._changed.wait())]
+                if self._task is not None:
+                    waits.append(self._task)
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                waits[0].cancel()
+                self._changed.clear()
+                async with self._lock:
+                    self._reap()
+                    if self._failure is not None:
+                        raise self._failure
+                    if self._stop.is_set():
+                        break
+                    if self._held and self._task is None:
+                        try:
+                            await self._take_over()
+                        except InfrastructureError as exc:  # the broker is away: try again
+                            log.warning("%s: taking over failed (%s); retrying", self.role, exc)
+                            loop.call_later(1.0, self._changed.set)
+                    elif self._lost and self._term_stack is not None:
+                        await self._close_term()
+        finally:
+            async with self._lock:
+                await self._stop_runner(timeout_s=60.0)  # leaving: no rebalance waits on it
+                await self._close_term()
+            if poll is not None:
+                poll.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await poll
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(consumer.stop(), 10)  # leaves the election group
+            if install_signal_handlers:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+        if self._failure is not None:
+            raise self._failure
+
+    # -- the election ------------------------------------------------------------------
+    def _election_consumer(self) -> AIOKafkaConsumer:
+        s = self.settings
+        return AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            client_id=s.client_id,
+            group_id=election_group(self.role),
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            rebalance_timeout_ms=s.rebalance_timeout_ms,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
+            request_timeout_ms=s.request_timeout_ms,
+            partition_assignment_strategy=(self._assignor,),
+        )
+
+    async def _poll(self, consumer: AIOKafkaConsumer) -> None:
+        """Keep polling (the partition is paused): aiokafka leaves a group whose consumer is
+        not polled for a while."""
+        while True:
+            try:
+                await consumer.getmany(timeout_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broker hiccup: the group protocol retries by itself
+                log.warning("%s: election poll failed: %s", self.role, exc)
+                await asyncio.sleep(1.0)
+
+    def _assigned(self, held: bool) -> None:
+        if held and not self._assignor.claim:
+            self._assignor.claim = int(time.time() * 1000)
+        elif not held:
+            self._assignor.claim = 0
+        self._held, self._lost = held, not held
+        self._changed.set()
+
+    async def _stand_down(self) -> None:
+        """The partition is being revoked: stop acting before the group reassigns it."""
+        self._held = False
+        async with self._lock:
+            await self._stop_runner()
+        self._changed.set()
+
+    # -- terms -------------------------------------------------------------------------
+    async def _take_over(self) -> None:
+        if self._term_stack is not None and await self._last_term() == self.term:
+            log.info("%s: still term %s; resuming with the state kept", self.role, self.term)
+        else:
+            await self._close_term()
+            await self._open_term()
+        if not self._held:  # revoked while the term opened: the stand-down waits for us
+            return
+        runner = ServiceRunner(self.processor, self.settings, **self.runner_options)
+        self.runner = runner
+        self._task = asyncio.create_task(runner.run(install_signal_handlers=False))
+        self.active.set()
+
+    async def _open_term(self) -> None:
+        term = uuid.uuid4().hex[:12]
+        async with EventProducer(self.settings) as producer:  # acknowledged before acting
+            await producer.send_and_wait(LEADERS, Leadership(role=self.role, term=term))
+        stack = contextlib.AsyncExitStack()
+        try:
+            self.processor = await stack.enter_async_context(self.open_term())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._term_stack, self.term = stack, term
+        self.terms += 1
+        log.info("%s: active (term %s)", self.role, term)
+
+    async def _close_term(self) -> None:
+        if self._term_stack is not None:
+            stack, self._term_stack = self._term_stack, None
+            self.processor = None
+            await stack.aclose()
+            log.info("%s: term %s closed; standby", self.role, self.term)
+
+    async def _last_term(self) -> str | None:
+        """Return the term of the role's last `leaders` record (None if there is none)."""
+        last = None
+        async with EventConsumer(self.settings, [LEADERS], group_id=None) as reader:
+            async for batch in reader.catch_up(LEADERS):
+                for record in batch:
+                    if isinstance(record.event, Leadership) and record.event.role == self.role:
+                        last = record.event.term
+        return last
+
+    # -- the runner --------------------------------------------------------------------
+    async def _stop_runner(self, timeout_s: float | None = None) -> None:
+        """Stop the runner gracefully (flush, commit, leave its group); cancel it if slow."""
+        task, runner = self._task, self.runner
+        if task is None:
+            return
+        runner.stop()
+        timeout_s = timeout_s or self.stop_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        except TimeoutError:
+            log.warning("%s: runner did not stop within %.0f s; cancelling it", self.role,
+                        timeout_s)  # fmt: skip
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        except Exception:  # kept by _reap, raised by run()
+            pass
+        self._reap()
+
+    def _reap(self) -> None:
+        """Forget a finished runner; keep its failure (a runner only ends on its own by failing)."""
+        task = self._task
+        if task is None or not task.done():
+            return
+        self._task, self.runner = None, None
+        self.active.clear()
+        if not task.cancelled() and task.exception() is not None and self._failure is None:
+            self._failure = task.exception()
+        elif not task.cancelled() and not self._stop.is_set() and self._held:
+            self._failure = RuntimeError(f"{self.role}: the runner ended on its own")
+
+
+async def _bounded(coro, timeout_s: float, what: str):  # noqa: ANN001, ANN202 - any awaitable
+    try:
+        return await asyncio.wait_for(coro, timeout=timeout_s)
+    except TimeoutError as exc:
+        raise BrokerTimeout(f"{what} did not finish within {timeout_s:.0f}s") from exc
+    except KafkaError as exc:
+        raise BrokerError(f"{what} failed: {exc}") from exc

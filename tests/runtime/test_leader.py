@@ -1,0 +1,121 @@
+"""The leader election against the real broker: one member acts, a standby joining does not
+move the role, the holder stops before anyone else starts, and a runner that fails ends the
+service instead of leaving it elected and idle."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+from aiokafka import TopicPartition
+
+from runtime.bus import EventProducer, Record
+from runtime.config import BusSettings
+from runtime.errors import ConfigError
+from runtime.leader import SingletonService
+from tests.bus_reading import read_until
+from topics.events import PolicyUpdate
+
+
+class Counter:
+    """Counts `policy-updates` records; notes in a shared journal when it stops."""
+
+    name = "counter"
+    topics = ["policy-updates"]
+
+    def __init__(self, tag: str, journal: list[str]) -> None:
+        self.tag, self.journal, self.seen = tag, journal, 0
+
+    async def process(self, record: Record) -> list:
+        """Count one record."""
+        self.seen += 1
+        return []
+
+    def low_watermark(self, tp: TopicPartition) -> int | None:
+        """Nothing held."""
+        return None
+
+    async def tick(self) -> list:
+        """Nothing periodic."""
+        return []
+
+    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
+        """Nothing to prepare."""
+
+    async def on_revoked(self, partitions: set[TopicPartition]) -> list:
+        """Nothing to persist."""
+        return []
+
+    async def close(self) -> list:
+        """Note that its runner stopped."""
+        self.journal.append(f"{self.tag} runner stopped")
+        return []
+
+
+def _role(tag: str, journal: list[str], topics: list[str] | None = None):  # noqa: ANN202
+    @contextlib.asynccontextmanager
+    async def open_term() -> AsyncIterator[Counter]:
+        journal.append(f"{tag} term opened")
+        counter = Counter(tag, journal)
+        if topics is not None:
+            counter.topics = topics
+        yield counter
+
+    return open_term
+
+
+async def _update(settings: BusSettings, version: int) -> None:
+    async with EventProducer(settings) as producer:
+        await producer.send_and_wait(
+            "policy-updates", PolicyUpdate(policy_version=version, checkpoint_uri="x")
+        )
+
+
+async def _until(condition, timeout: float = 30) -> None:  # noqa: ANN001
+    async with asyncio.timeout(timeout):
+        while not condition():
+            await asyncio.sleep(0.02)
+
+
+async def test_one_member_acts_a_joining_standby_does_not_move_it_and_takes_over_on_leave(
+    bus_settings: BusSettings,
+) -> None:
+    journal: list[str] = []
+    a = SingletonService(bus_settings, "counter", _role("a", journal))
+    b = SingletonService(bus_settings, "counter", _role("b", journal))
+    ta = asyncio.create_task(a.run(install_signal_handlers=False))
+    await asyncio.wait_for(a.active.wait(), 30)
+    await _update(bus_settings, 1)
+    await _until(lambda: a.processor.seen == 1)
+    tb = asyncio.create_task(b.run(install_signal_handlers=False))
+    # b's arrival rebalances the election: a stops its runner for it, keeps the role and its
+    # term, and resumes on the same processor (its count survives).
+    await _until(lambda: journal.count("a runner stopped") == 1 and a.active.is_set())
+    assert (a.terms, b.terms, b.processor) == (1, 0, None) and not b.active.is_set()
+    await _update(bus_settings, 2)
+    await _until(lambda: a.processor.seen == 2)
+    a_term = a.term
+
+    a.stop()  # leaves: b takes over, but only after a's runner stopped
+    await asyncio.wait_for(ta, 30)
+    await asyncio.wait_for(b.active.wait(), 30)
+    assert journal == [
+        "a term opened", "a runner stopped", "a runner stopped", "b term opened",
+    ]  # fmt: skip
+    await _update(bus_settings, 3)
+    await _until(lambda: b.processor.seen == 1)  # the group's commits: only the new record
+    b.stop()
+    await asyncio.wait_for(tb, 30)
+    records = await read_until(bus_settings, "leaders", lambda rs: len(rs) >= 2, 10)
+    terms = [(r.event.role, r.event.term) for r in records]
+    assert terms == [("counter", a_term), ("counter", b.term)]
+
+
+async def test_a_runner_that_fails_ends_the_service(bus_settings: BusSettings) -> None:
+    journal: list[str] = []
+    broken = SingletonService(bus_settings, "broken", _role("x", journal, ["no-such-topic"]))
+    with pytest.raises(ConfigError, match="no-such-topic"):
+        await asyncio.wait_for(broken.run(install_signal_handlers=False), 30)
+    assert journal == ["x term opened"] and not broken.active.is_set()
