@@ -282,8 +282,8 @@ class Segmenter:
             raise RecordError(f"{tid} was dead-lettered before this record came: {gone}")
         if isinstance(gone, int) and isinstance(event, RolloutStep) and event.step >= gone:
             raise RecordError(
-                f"{tid}: step {event.step} came after the trajectory was cut with the "
-                f"{gone} steps its completion says"
+                f"{tid}: step {event.step} came after its trajectory was finished (cut, with "
+                f"the {gone} steps its completion says)"
             )
         self.late += 1  # cut or dropped already: a re-read after a restart, or a straggler
 

@@ -189,7 +189,7 @@ async def test_contradicting_records_dead_letter_the_trajectory_and_a_resend_doe
     assert _held_nothing(segmenter) and segmenter.stats()["rejected"] == 3
     # Cut as its completion says (steps 0-1), then a step past that count: it cannot be
     # un-trained, but it is reported, not dropped with the harmless stragglers.
-    with pytest.raises(RecordError, match="step 2 came after the trajectory was cut"):
+    with pytest.raises(RecordError, match="step 2 came after its trajectory was finished"):
         await segmenter.process(log.record(msgspec.structs.replace(steps[1], step=2)))
     assert await segmenter.process(log.record(steps[1])) == []  # a re-read: dropped
 
