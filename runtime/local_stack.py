@@ -188,12 +188,13 @@ async def run_up(config: UpConfig) -> int:
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.service import rollout_service
     from consumers.sampler.service import sampler_service
-    from consumers.segmenter.service import Segmenter, SegmenterConfig
+    from consumers.segmenter.service import Segmenter
     from consumers.trainer.service import trainer_service
     from producers.task_import import publish_tasks, task_event
     from runtime.blobstore import open_blob_store
     from runtime.cli.rollout_commands import rollout_setup
     from runtime.cli.sample_commands import sampler_config
+    from runtime.cli.segment_commands import segmenter_config
     from runtime.cli.train_commands import trainer_config
     from runtime.envs.tasks.builtin import builtin_ids, load_builtin
 
@@ -245,11 +246,8 @@ async def run_up(config: UpConfig) -> int:
 
             player, rollout_config = rollout_setup(rollout_args)
             k, delta = rollout_args.context
-            seg_args = svc["segment"]
-            segmenter = Segmenter(
-                SegmenterConfig(mode=seg_args.mode, k=k, delta=delta, group_id=seg_args.group),
-                player.processor, blobs,
-            )  # fmt: skip
+            segmenter = Segmenter(segmenter_config(svc["segment"], k, delta), player.processor,
+                                  blobs)  # fmt: skip
             start("segmenter", ServiceRunner(segmenter, settings, metrics_interval_s=60))
 
             trainer_cfg, options = trainer_config(train_args)

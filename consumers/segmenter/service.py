@@ -14,8 +14,17 @@ commits only past what was cut and acknowledged. After a crash it re-reads from 
 re-emits identical segments (same ids: `(trajectory, segment index)`), which downstream
 drops as duplicates. Superseded attempts — a retried request's partial trajectory, which
 never completes — are dropped as soon as another attempt at the same request completes,
-and so are their steps that arrive later (the first attempt to complete wins); anything
-older than `max_age_s` without a completion is dropped too.
+and so are their steps that arrive later (the first attempt to complete wins).
+
+Nothing is held for long (`consumers/segmenter/held.py` tells the cases apart): an
+impossible completion or records that contradict each other dead-letter their whole
+trajectory at once, and a trajectory with nothing new for `idle_timeout_s` (15 minutes;
+the wall clock and the stream's event time must both have moved on) is dead-lettered with
+what it misses, or dropped quietly if it is an attempt the worker retried. The segmenter
+writes those dead letters itself (one per held record, with the reason, the record's
+coordinates and bytes) so their records leave the low-watermark; later records of such a
+trajectory follow it to dead-letter. An environment failure (status `error`) trains
+nothing and waits for no step.
 
 Finished work is remembered (a bounded window of trajectory ids and completed requests), so
 a step or completion of a trajectory already cut or superseded is dropped instead of held
@@ -26,30 +35,37 @@ to a trajectory that was no longer held, that is, finished.
 
 Safety check: in `vcs` mode with the rollout's own window, each turn's re-rendered prompt
 must have the length the rollout worker recorded; a mismatch (a different tokenizer or
-window) dead-letters the completion with the reason instead of training on wrong tokens.
+window) dead-letters the trajectory with the reason instead of training on wrong tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import TopicPartition
 
+from consumers.segmenter.held import HeldTrajectory, conflict, impossible
 from consumers.segmenter.vcs import Segment, TurnRecord, segment_trajectory
 from runtime.blobstore import BlobStore
 from runtime.bus import Record
 from runtime.errors import BlobCorrupt, BlobNotFound, RecordError
 from runtime.policy.processor import PolicyProcessor
-from runtime.service import Output
-from topics.events import RolloutStep, SegmentReady, TrajectoryComplete
+from runtime.service import DEAD_LETTER_VALUE_CAP, Output
+from topics.events import DeadLetter, RolloutStep, SegmentReady, TrajectoryComplete
+from topics.registry import DEAD_LETTER
 
 __all__ = ["SegmenterConfig", "Segmenter", "segments_of"]
 
 log = logging.getLogger(__name__)
+
+# Bounds of a dead letter's key and reason, as the service runner bounds its own.
+_KEY_CAP = 1 << 10
+_ERROR_CAP = 8 << 10
 
 
 @dataclass(frozen=True)
@@ -59,7 +75,9 @@ class SegmenterConfig:
     mode: str = "vcs"  # "vcs", "stepwise" or "trajectory"
     k: int = 5  # observations kept in context (paper: 5 on OSWorld, 8 on ScienceBoard)
     delta: int = 5  # observations dropped at once (paper: 5)
-    max_age_s: float = 6 * 3600.0  # drop a trajectory that never completes after this long
+    # Release an uncut trajectory after this long without a record of it: 3x the rollout's
+    # longest wait inside a turn (an engine call may take its --generate-timeout, 300 s).
+    idle_timeout_s: float = 900.0
     remembered: int = 100_000  # finished trajectories and requests remembered (bounded memory)
     group_id: str = "segmenter"
 
@@ -69,25 +87,6 @@ class _Size:
     """A screenshot as rendering sees it: only its size."""
 
     size: tuple[int, int]
-
-
-@dataclass
-class _Trajectory:
-    request_id: str
-    steps: dict[int, tuple[TopicPartition, int, RolloutStep]] = field(default_factory=dict)
-    complete: tuple[TopicPartition, int, TrajectoryComplete] | None = None
-    first_seen: float = field(default_factory=time.monotonic)
-
-    def offsets(self) -> list[tuple[TopicPartition, int]]:
-        held = [(tp, off) for tp, off, _ in self.steps.values()]
-        if self.complete is not None:
-            held.append(self.complete[:2])
-        return held
-
-    def ready(self) -> bool:
-        if self.complete is None:
-            return False
-        return len(self.steps) >= self.complete[2].num_steps
 
 
 async def segments_of(
@@ -190,13 +189,17 @@ class _Recent:
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._items: dict[str, str] = {}
+        self._items: dict[str, Any] = {}
 
-    def get(self, key: str) -> str | None:
+    def get(self, key: str) -> Any:
         return self._items.get(key)
 
-    def put(self, key: str, value: str = "") -> None:
-        self._items.setdefault(key, value)
+    def put(self, key: str, value: Any = None, *, replace: bool = False) -> None:
+        """Remember `key` with `value`; a key put before keeps its value unless `replace`."""
+        if replace:
+            self._items[key] = value
+        else:
+            self._items.setdefault(key, value)
         if len(self._items) > self.capacity:
             del self._items[next(iter(self._items))]
 
@@ -218,58 +221,114 @@ class Segmenter:
         self.name = config.group_id
         self.processor = processor
         self.blobs = blobs
-        self._held: dict[str, _Trajectory] = {}
+        self._held: dict[str, HeldTrajectory] = {}
         self._attempts: dict[str, set[str]] = {}  # request id -> trajectory ids held
         self._texts: dict[str, str] = {}  # blob text cache (system prompts repeat)
-        self._finished = _Recent(config.remembered)  # trajectory ids cut or dropped
+        # Trajectory ids finished: cut (value: its step count), dead-lettered (the reason) or
+        # dropped (None).
+        self._finished = _Recent(config.remembered)
         self._winners = _Recent(config.remembered)  # request id -> the attempt that completed
+        self._clock: dict[TopicPartition, int] = {}  # newest record timestamp read, per partition
         self.cut = 0
         self.superseded = 0
         self.late = 0
-        self.expired = 0
+        self.rejected = 0  # trajectories dead-lettered: impossible or contradictory
+        self.released = 0  # trajectories dead-lettered incomplete after the idle bound
+        self.dead_letters = 0  # dead letters this processor wrote itself (held records)
         self.segments = 0
 
     async def process(self, record: Record) -> list[Output]:
         """Hold a step or a completion; cut the trajectory once it is whole."""
         event = record.event
-        request = event.request_id or event.trajectory_id
-        if event.trajectory_id in self._finished:
-            self.late += 1  # cut or dropped already: a re-read after a restart, or a straggler
+        self._clock[record.tp] = max(self._clock.get(record.tp, 0), record.timestamp_ms)
+        tid = event.trajectory_id
+        request = event.request_id or tid
+        if tid in self._finished:
+            self._straggler(tid, event)
             return []
         winner = self._winners.get(request)
-        if winner is not None and winner != event.trajectory_id:
-            self._finish(event.trajectory_id)  # another attempt at the request completed
+        if winner is not None and winner != tid:
+            self._finish(tid)  # another attempt at the request completed
             self.superseded += 1
             return []
-        trajectory = self._held.get(event.trajectory_id)
-        if trajectory is None:
-            trajectory = self._held[event.trajectory_id] = _Trajectory(request)
-            self._attempts.setdefault(request, set()).add(event.trajectory_id)
-        if isinstance(event, RolloutStep):
-            trajectory.steps[event.step] = (record.tp, record.offset, event)
-        else:
-            trajectory.complete = (record.tp, record.offset, event)
-            self._winners.put(request, event.trajectory_id)
+        problem = impossible(event)
+        if problem is not None:
+            if isinstance(event, RolloutStep):
+                raise RecordError(f"{tid}: {problem}")  # the step alone: its trajectory may be fine
+            return self._reject(tid, problem, record)  # no completion will come for its steps
+        held = self._held.get(tid)
+        if held is None:
+            held = self._held[tid] = HeldTrajectory(request)
+            self._attempts.setdefault(request, set()).add(tid)
+        elif (problem := conflict(held, record)) is not None:
+            return self._reject(tid, problem, record)
+        elif _redelivered(held, event):
+            return []  # the same record again, past the runner's dedup window: one is held
+        held.take(record, time.monotonic())
+        if isinstance(event, TrajectoryComplete):
+            self._winners.put(request, tid)
             self._supersede(event)
-        if not trajectory.ready():
+            if event.status == "error":
+                self._finish(tid)  # an environment failure trains nothing: wait for nothing
+                return []
+        if not held.ready():
             return []
-        return await self._cut(event.trajectory_id, trajectory)
+        return await self._cut(tid, held, record)
 
-    async def _cut(self, trajectory_id: str, trajectory: _Trajectory) -> list[Output]:
-        complete = trajectory.complete[2]
-        self._finish(trajectory_id)
-        if complete.status == "error":
-            return []  # an environment failure trains nothing
-        steps = [s for _, _, s in trajectory.steps.values()]
+    def _straggler(self, tid: str, event: RolloutStep | TrajectoryComplete) -> None:
+        """Drop a record of a finished trajectory, or raise RecordError if it contradicts it."""
+        gone = self._finished.get(tid)  # None: dropped; steps it was cut with; or a reason
+        if isinstance(gone, str):  # the rest of a dead-lettered trajectory follows it there
+            raise RecordError(f"{tid} was dead-lettered before this record came: {gone}")
+        if isinstance(gone, int) and isinstance(event, RolloutStep) and event.step >= gone:
+            raise RecordError(
+                f"{tid}: step {event.step} came after its trajectory was finished (cut, with "
+                f"the {gone} steps its completion says)"
+            )
+        self.late += 1  # cut or dropped already: a re-read after a restart, or a straggler
+
+    async def _cut(self, tid: str, held: HeldTrajectory, record: Record) -> list[Output]:
+        complete = held.complete.event
+        steps = [r.event for r in held.steps.values()]
         try:
             events = await segments_of(
                 complete, steps, self.processor, self.blobs, self.config, self._texts
             )
-        except (BlobNotFound, BlobCorrupt) as exc:
-            raise RecordError(f"{trajectory_id}: {exc}") from exc
+        except (RecordError, BlobNotFound, BlobCorrupt) as exc:
+            return self._reject(tid, str(exc).removeprefix(f"{tid}: "), record)
+        self._finish(tid, complete.num_steps)
         self.cut += 1
         self.segments += len(events)
         return [Output("segment-ready", e) for e in events]
+
+    def _reject(self, tid: str, reason: str, record: Record) -> list[Output]:
+        """Dead-letter a trajectory that can never be cut: what is held of it, and `record`."""
+        held = self._held.get(tid)
+        records = held.records() if held is not None else []
+        if all(r is not record for r in records):
+            records.append(record)
+        log.warning("dead-lettering %s (%d records): %s", tid, len(records), reason[:300])
+        self.rejected += 1
+        return self._dead_letters(tid, reason, records, "process")
+
+    def _release(self, tid: str, held: HeldTrajectory, idle: float) -> list[Output]:
+        """Dead-letter a trajectory whose missing records did not come within the bound."""
+        reason = (f"incomplete after {idle:.0f} s without a record of it (idle timeout "
+                  f"{self.config.idle_timeout_s:g} s): {held.missing()}")  # fmt: skip
+        log.warning("dead-lettering %s: %s", tid, reason)
+        self.released += 1
+        return self._dead_letters(tid, reason, held.records(), "incomplete")
+
+    def _dead_letters(
+        self, tid: str, reason: str, records: list[Record], kind: str
+    ) -> list[Output]:
+        self._finish(tid, reason)
+        self.dead_letters += len(records)
+        text = f"{tid}: {reason}"
+        return [
+            Output(DEAD_LETTER, _dead_letter(r, text, kind, self.name), _capped(r.key))
+            for r in records
+        ]
 
     def _supersede(self, complete: TrajectoryComplete) -> None:
         """Drop other attempts at the same request: they never complete and must not be cut."""
@@ -290,11 +349,13 @@ class Segmenter:
         self._finish(event.trajectory_id)
         if isinstance(event, TrajectoryComplete):
             self._winners.put(event.request_id or event.trajectory_id, event.trajectory_id)
+            if event.status != "error":  # so a step past its count is still told apart
+                self._finished.put(event.trajectory_id, event.num_steps, replace=True)
 
-    def _finish(self, trajectory_id: str) -> None:
-        """Forget a trajectory for good: its later records are dropped."""
+    def _finish(self, trajectory_id: str, outcome: int | str | None = None) -> None:
+        """Forget a trajectory for good, noting how it ended (see `_straggler`)."""
         self._forget(trajectory_id)
-        self._finished.put(trajectory_id)
+        self._finished.put(trajectory_id, outcome)
 
     def _forget(self, trajectory_id: str) -> None:
         trajectory = self._held.pop(trajectory_id, None)
@@ -307,19 +368,27 @@ class Segmenter:
 
     def low_watermark(self, tp: TopicPartition) -> int | None:
         """Return the oldest offset of `tp` a held (uncut) trajectory still needs."""
-        offsets = [off for t in self._held.values() for p, off in t.offsets() if p == tp]
-        return min(offsets) if offsets else None
+        return min((t.lowest[tp] for t in self._held.values() if tp in t.lowest), default=None)
 
     async def tick(self) -> list[Output]:
-        """Drop trajectories that never completed within max_age_s."""
-        now = time.monotonic()
-        for trajectory_id, t in list(self._held.items()):
-            if now - t.first_seen > self.config.max_age_s:
-                log.warning("dropping %s: no completion after %.0f s", trajectory_id,
-                            now - t.first_seen)  # fmt: skip
-                self._finish(trajectory_id)
-                self.expired += 1
-        return []
+        """Dead-letter trajectories idle past the bound (drop retried attempts quietly)."""
+        now, out = time.monotonic(), []
+        for tid, held in list(self._held.items()):
+            idle = held.idle_s(now, self._stream_ms(held))
+            if idle <= self.config.idle_timeout_s:
+                continue
+            if held.complete is None and len(self._attempts.get(held.request_id, ())) > 1:
+                self._finish(tid)  # the worker retried the request: this attempt never ends
+                self.superseded += 1
+            else:
+                out += self._release(tid, held, idle)
+        return out
+
+    def _stream_ms(self, held: HeldTrajectory) -> int | None:
+        """Event time on the trajectory's partition: the slower of the two topics' newest."""
+        partition = next(iter(held.lowest)).partition  # co-partitioned: one number for both
+        clocks = [self._clock.get(TopicPartition(t, partition)) for t in self.topics]
+        return None if None in clocks else min(clocks)
 
     async def on_assigned(self, partitions: set[TopicPartition]) -> None:
         """Nothing to prepare: the runner re-reads from the committed low-watermark."""
@@ -327,8 +396,10 @@ class Segmenter:
     async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
         """Forget trajectories of partitions moving elsewhere (their new owner re-reads them)."""
         for trajectory_id, t in list(self._held.items()):
-            if any(tp in partitions for tp, _ in t.offsets()):
+            if partitions & t.lowest.keys():
                 self._forget(trajectory_id)
+        for tp in partitions:
+            self._clock.pop(tp, None)
         return []
 
     async def close(self) -> list[Output]:
@@ -343,5 +414,36 @@ class Segmenter:
             "segments": self.segments,
             "superseded": self.superseded,
             "late": self.late,
-            "expired": self.expired,
+            "rejected": self.rejected,
+            "released": self.released,
+            "dead_letters": self.dead_letters,
         }
+
+
+def _redelivered(held: HeldTrajectory, event: RolloutStep | TrajectoryComplete) -> bool:
+    """True when an identical record is already held (conflict() has ruled out a different one)."""
+    if isinstance(event, RolloutStep):
+        return event.step in held.steps
+    return held.complete is not None
+
+
+def _dead_letter(record: Record, reason: str, kind: str, service: str) -> DeadLetter:
+    """A dead letter for a held record, bounded as the service runner bounds its own."""
+    value = record.value or b""
+    return DeadLetter(
+        source_topic=record.topic,
+        partition=record.partition,
+        offset=record.offset,
+        error=reason[:_ERROR_CAP],
+        error_type=kind,
+        service=service,
+        original_key=_capped(record.key),
+        original_value=value[:DEAD_LETTER_VALUE_CAP] if record.value is not None else None,
+        original_size=len(value),
+        original_sha256=hashlib.sha256(value).hexdigest(),
+        truncated=len(value) > DEAD_LETTER_VALUE_CAP,
+    )
+
+
+def _capped(key: bytes | None) -> bytes | None:
+    return key[:_KEY_CAP] if key else key

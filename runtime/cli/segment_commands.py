@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
-__all__ = ["register"]
+if TYPE_CHECKING:
+    from consumers.segmenter.service import SegmenterConfig
+
+__all__ = ["register", "segmenter_config"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,6 +24,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     _segment_args(p)
+    p.add_argument(
+        "--idle-timeout", type=float, default=900.0,
+        help="dead-letter an uncut trajectory after S seconds with no record of it (900; keep "
+        "it well above the rollout's --generate-timeout)",
+    )  # fmt: skip
     p.add_argument("--group", default="segmenter", help="consumer group (default segmenter)")
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
     _bootstrap(p)
@@ -56,10 +65,19 @@ def _bootstrap(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _config(args: argparse.Namespace, group: str = "segmenter"):  # noqa: ANN202
+def segmenter_config(
+    args: argparse.Namespace, k: int | None = None, delta: int | None = None
+) -> SegmenterConfig:
+    """The segmenter's config from its command's settings (`k`, `delta` override the window)."""
     from consumers.segmenter.service import SegmenterConfig
 
-    return SegmenterConfig(mode=args.mode, k=args.k, delta=args.delta, group_id=group)
+    return SegmenterConfig(
+        mode=args.mode,
+        k=args.k if k is None else k,
+        delta=args.delta if delta is None else delta,
+        idle_timeout_s=getattr(args, "idle_timeout", SegmenterConfig.idle_timeout_s),
+        group_id=getattr(args, "group", "segmenter"),
+    )
 
 
 def _processor(policy: str):  # noqa: ANN202
@@ -76,7 +94,7 @@ def _segment(args: argparse.Namespace) -> int:
     from runtime.config import BusSettings
     from runtime.service import ServiceRunner
 
-    config = _config(args, args.group)
+    config = segmenter_config(args)
     segmenter = Segmenter(config, _processor(args.policy), open_blob_store())
     runner = ServiceRunner(
         segmenter, BusSettings.from_env(args.bootstrap), metrics_port=args.metrics_port
@@ -92,7 +110,7 @@ def _resegment(args: argparse.Namespace) -> int:
     from runtime.cli.bus_commands import _run
     from runtime.config import BusSettings
 
-    config = _config(args)
+    config = segmenter_config(args)
     processor = _processor(args.policy)
     settings = None if args.archive else BusSettings.from_env(args.bootstrap)
     summary: dict = {}
