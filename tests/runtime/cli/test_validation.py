@@ -20,8 +20,9 @@ import pytest
 from producers.task_import import publish_tasks
 from runtime.bus import EventConsumer
 from runtime.cli import build_parser
-from runtime.cli.settings import ListKind, _Setting, _walk, check_parsed
+from runtime.cli.settings import ListKind, _Setting, _walk, bind_settings, check_parsed
 from runtime.config import BusSettings
+from runtime.errors import SettingError
 from topics.events import TaskEvent
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -183,31 +184,38 @@ def test_flags_arrive_typed() -> None:
 
 
 def test_every_option_declares_what_it_takes_and_its_default_is_valid() -> None:
-    """Every option of every command is a checked setting, and the built-in defaults pass."""
+    """Every option of every command is a checked setting with a range, and its default passes."""
     parser = build_parser()
-    seen = 0
+    seen, bare = 0, []
     for command, sub in _walk(parser):
         for action in sub._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
                 continue
             assert isinstance(action.type, _Setting), (command, action.dest)
             seen += 1
+            if not action.type.ranged:
+                bare.append(f"{command} {action.option_strings[-1]}")
             default = action.default
             if default is not None:
                 if isinstance(action.type.kind, ListKind):
                     default = list(default)
                 action.type.kind.check(default)
     assert seen > 200
+    assert not bare, f"declare integer(...) or number(...) with a range for: {', '.join(bare)}"
 
 
-def test_an_undeclared_number_option_breaks_the_build() -> None:
-    """A new option with a bare `type=int` cannot slip in: the parser refuses to build."""
-    from runtime.cli.settings import bind_settings
-
+def test_a_bare_number_option_is_still_checked_and_flagged() -> None:
+    """An option added with a bare `type=float` gets no traceback, and the test above names it."""
     parser = argparse.ArgumentParser(prog="scalecua")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("thing").add_argument("--count", type=int, default=1)
-    with pytest.raises(TypeError, match="--count"):
+    sub.add_parser("thing").add_argument("--wait", type=float, default=1.0)
+    bind_settings(parser)
+    (action,) = [a for a in _walk(parser)[0][1]._actions if a.dest == "wait"]
+    assert not action.type.ranged
+    with pytest.raises(SettingError, match=r"\[thing\] wait = nan on the command line"):
+        parser.parse_args(["thing", "--wait", "nan"])
+    with pytest.raises(TypeError, match="--when"):  # any other callable must be declared
+        sub.add_parser("other").add_argument("--when", type=bytes)
         bind_settings(parser)
 
 
