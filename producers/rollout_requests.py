@@ -10,9 +10,11 @@ import uuid
 
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
+from runtime.envs.tasks.builtin import builtin_ids
+from runtime.tables import TopicTable
 from topics.events import RolloutRequest
 
-__all__ = ["request_group", "publish_requests"]
+__all__ = ["request_group", "publish_requests", "task_source"]
 
 
 def request_group(
@@ -45,3 +47,18 @@ async def publish_requests(settings: BusSettings, requests: list[RolloutRequest]
     async with EventProducer(settings) as producer:
         await producer.wait_acks([await producer.send("rollout-requests", r) for r in requests])
     return len(requests)
+
+
+async def task_source(settings: BusSettings, task_id: str) -> str | None:
+    """Where a rollout worker finds this task: "builtin", "topic" (`tasks`), or None (nowhere).
+
+    The worker plays a task from the `tasks` topic (imported, generated, VeriGen) and else from
+    the built-in pool, so a task that is only on the topic is as playable as a built-in one.
+    """
+    if task_id in builtin_ids():
+        return "builtin"
+    tasks = await TopicTable(settings, "tasks").start()
+    try:
+        return "topic" if tasks.get(task_id) is not None else None
+    finally:
+        await tasks.stop()

@@ -2,6 +2,7 @@
 
 ScaleCUAError
 ├── ConfigError            a setting is missing or invalid
+│   └── SettingError       a command's setting has a value it does not take (CLI exit status 2)
 ├── InfrastructureError    a service's own dependency failed: retried, never dead-lettered
 │   ├── BrokerError        the broker is unreachable or refused a request
 │   │   └── BrokerTimeout  a broker call did not finish within its bound
@@ -25,6 +26,10 @@ class ScaleCUAError(Exception):
 
 class ConfigError(ScaleCUAError):
     """A setting is missing or invalid."""
+
+
+class SettingError(ConfigError):
+    """A command's setting (flag, config file, environment) has a value it does not take."""
 
 
 class InfrastructureError(ScaleCUAError):

@@ -13,8 +13,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from runtime.cli.settings import apply_config, config_path, load_config
-from runtime.errors import ScaleCUAError
+from runtime.cli.settings import (
+    apply_config,
+    bind_settings,
+    check_parsed,
+    config_path,
+    load_config,
+)
+from runtime.errors import ScaleCUAError, SettingError
 
 __all__ = ["build_parser", "main"]
 
@@ -50,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _AREAS:
         importlib.import_module(name).register(sub)
+    bind_settings(parser)
     return parser
 
 
@@ -59,12 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--config", default=None)
     known, _ = pre.parse_known_args(argv)
-    try:
+    try:  # every setting is checked (file, environment, command line) before anything runs
         apply_config(parser, load_config(config_path(known.config), parser))
+        args = parser.parse_args(argv)
+        check_parsed(parser, args)
     except ScaleCUAError as exc:
         print(f"scalecua: error: {exc}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
@@ -78,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except SettingError as exc:  # a setting only a running command can check (a task id)
+        print(f"scalecua: error: {exc}", file=sys.stderr)
+        return 2
     except ScaleCUAError as exc:
         print(f"scalecua: error: {exc}", file=sys.stderr)
         return 1

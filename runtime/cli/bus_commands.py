@@ -7,6 +7,8 @@ import asyncio
 import os
 import sys
 
+from runtime.cli.settings import PORT, environment_value, integer, number
+
 __all__ = ["register"]
 
 
@@ -16,7 +18,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "broker", help="run the embedded Kafka-compatible broker on 127.0.0.1"
     )
     p.add_argument(
-        "--port", type=int, default=None, help="listen port (default: 9092, else a free one)"
+        "--port",
+        type=integer(1, 65535),
+        default=None,
+        help="listen port (default: 9092, else a free one)",
     )
     _resume_args(p)
     p.set_defaults(func=_broker)
@@ -29,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     t = tsub.add_parser("create", help="create registry topics that do not exist yet")
     t.add_argument("names", nargs="*", help="topics to create (default: all)")
     t.add_argument(
-        "--replication-factor", type=int, default=int(os.environ.get("SCALECUA_REPLICATION", "1")),
+        "--replication-factor", type=integer(1), default=None,
         help="replicas per partition (default: $SCALECUA_REPLICATION or 1; use 3 on a cluster)",
     )  # fmt: skip
     _bootstrap_arg(t)
@@ -38,9 +43,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tail", help="print a topic's events as JSON lines")
     p.add_argument("topic")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
-    p.add_argument("--max", type=int, default=None, help="stop after N records")
+    p.add_argument("--max", type=integer(1), default=None, help="stop after N records")
     p.add_argument(
-        "--idle-exit", type=float, default=None, help="stop after S seconds with no record"
+        "--idle-exit",
+        type=number(above=0),
+        default=None,
+        help="stop after S seconds with no record",
     )
     _bootstrap_arg(p)
     p.set_defaults(func=_tail)
@@ -60,9 +68,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dir", required=True, help="archive folder or URL (s3://bucket/prefix)")
     p.add_argument("--topics", nargs="*", default=None, help="topics to follow (default: all)")
     p.add_argument("--group", default="archiver", help="consumer group (scale out by running more)")
-    p.add_argument("--max-rows", type=int, default=5000, help="roll a file after N rows")
-    p.add_argument("--max-age", type=float, default=2.0, help="roll a file after S seconds")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument("--max-rows", type=integer(1), default=5000, help="roll a file after N rows")
+    p.add_argument(
+        "--max-age", type=number(above=0), default=2.0, help="roll a file after S seconds"
+    )
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     _bootstrap_arg(p)
     p.set_defaults(func=_archive)
 
@@ -74,15 +86,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--archive", default=None, help="read this archive folder/URL instead of the live log"
     )
-    p.add_argument("--partitions", type=int, nargs="*", default=None)
-    p.add_argument("--start-offset", type=int, default=0, help="first offset per partition")
+    p.add_argument("--partitions", type=integer(0), nargs="*", default=None)
+    p.add_argument("--start-offset", type=integer(0), default=0, help="first offset per partition")
     p.add_argument(
-        "--end-offset", type=int, default=None, help="stop before this offset per partition"
+        "--end-offset", type=integer(0), default=None, help="stop before this offset per partition"
     )
     p.add_argument(
-        "--since-ms", type=int, default=None, help="only records at/after this timestamp"
+        "--since-ms", type=integer(0), default=None, help="only records at/after this timestamp"
     )
-    p.add_argument("--until-ms", type=int, default=None, help="only records before this timestamp")
+    p.add_argument(
+        "--until-ms", type=integer(0), default=None, help="only records before this timestamp"
+    )
     p.add_argument(
         "--run", default=None,
         help="only this run (log incarnation; `latest` = the newest); default: every run",
@@ -135,7 +149,10 @@ def _topics_list(args: argparse.Namespace) -> int:
 def _topics_create(args: argparse.Namespace) -> int:
     from runtime.cli.bus_tools import topics_create
 
-    return _run(topics_create(args.bootstrap, args.names or None, args.replication_factor))
+    factor = args.replication_factor
+    if factor is None:
+        factor = environment_value("SCALECUA_REPLICATION", integer(1), 1)
+    return _run(topics_create(args.bootstrap, args.names or None, factor))
 
 
 def _tail(args: argparse.Namespace) -> int:

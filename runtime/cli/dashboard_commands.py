@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.cli.settings import PORT, integer, number
+
 __all__ = ["register"]
 
 
@@ -34,22 +36,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "--archive, one archived run (no broker needed)."
         ),
     )
-    p.add_argument("--port", type=int, default=8080, help="port (0: any free one)")
+    p.add_argument("--port", type=integer(*PORT), default=8080, help="port (0: any free one)")
     p.add_argument(
         "--host", default="127.0.0.1", action=_ExplicitHost,
         help="listen address; beyond loopback only when typed on the command line",
     )  # fmt: skip
     p.add_argument("--archive", default=None, help="show an archived run from this folder or URL")
     p.add_argument("--run", default="latest", help="with --archive: the run id, or latest")
-    p.add_argument("--threshold", type=float, default=1.0, help="a score >= this is a pass")
-    p.add_argument("--mu", type=float, default=0.5, help="frontier band centre (sampler's μ)")
-    p.add_argument("--sigma", type=float, default=0.25, help="frontier band half-width (σ)")
+    p.add_argument(
+        "--threshold", type=number(above=0, high=1), default=1.0, help="a score >= this is a pass"
+    )
+    p.add_argument(
+        "--mu", type=number(0, 1), default=0.5, help="frontier band centre (sampler's μ)"
+    )
+    p.add_argument(
+        "--sigma", type=number(above=0), default=0.25, help="frontier band half-width (σ)"
+    )
     p.add_argument(
         "--judge-version", default=None,
         help="chart rewards of this judge version (default: the one with most rewards)",
     )  # fmt: skip
-    p.add_argument("--trajectories", type=int, default=6, help="finished episodes in the filmstrip")
-    p.add_argument("--poll", type=float, default=2.0, help="seconds between lag samples")
+    p.add_argument(
+        "--trajectories", type=integer(1), default=6, help="finished episodes in the filmstrip"
+    )
+    p.add_argument("--poll", type=number(above=0), default=2.0, help="seconds between lag samples")
     p.add_argument("--blobs", default=None, help="blob store (default $SCALECUA_BLOBS)")
     p.add_argument(
         "--bootstrap", default=None,

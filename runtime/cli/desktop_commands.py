@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 
+from runtime.cli.settings import integer
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the desktop subcommands to the `scalecua` parser."""
@@ -21,9 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "running until interrupted; then stop them cleanly."
         ),
     )
-    up.add_argument("--n", type=int, default=1, help="how many desktops (default 1)")
-    up.add_argument("--width", type=int, default=1280)
-    up.add_argument("--height", type=int, default=800)
+    up.add_argument("--n", type=integer(1), default=1, help="how many desktops (default 1)")
+    up.add_argument("--width", type=integer(1), default=1280)
+    up.add_argument("--height", type=integer(1), default=800)
     up.set_defaults(func=_up)
     desktop.set_defaults(func=lambda _args: desktop.print_help() or 2)
 
@@ -31,10 +33,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _up(args: argparse.Namespace) -> int:
     import asyncio
 
-    from runtime.errors import ConfigError
-
-    if args.n < 1:
-        raise ConfigError(f"--n must be at least 1, not {args.n}")
     return asyncio.run(_serve(args.n, args.width, args.height))
 
 

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.cli.settings import integer, number
+
 __all__ = ["register"]
 
 
@@ -29,24 +31,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--split", choices=("heldout", "train"), help="task-family instances")
     source.add_argument("--tasks", type=Path, help="a folder (or file) of OSWorld task JSON")
-    p.add_argument("--n", type=int, default=60, help="--split: instances (default 60)")
+    p.add_argument("--n", type=integer(1), default=60, help="--split: instances (default 60)")
     p.add_argument("--families", nargs="*", default=None, help="--split: only these families")
-    p.add_argument("--desktops", type=int, default=2, help="desktops side by side (default 2)")
-    p.add_argument("--max-steps", type=int, default=5, help="turn limit per episode (default 5)")
-    p.add_argument("--max-tokens", type=int, default=96, help="tokens per turn (default 96)")
+    p.add_argument(
+        "--desktops", type=integer(1), default=2, help="desktops side by side (default 2)"
+    )
+    p.add_argument(
+        "--max-steps", type=integer(1), default=5, help="turn limit per episode (default 5)"
+    )
+    p.add_argument("--max-tokens", type=integer(1), default=96, help="tokens per turn (default 96)")
     p.add_argument("--observe", default=None, choices=("screenshot", "a11y", "both", "compact"),
                    help="default: the policy card's, else a11y for text-only policies and "
                    "screenshot for the others")  # fmt: skip
     p.add_argument(
         "--samples",
-        type=int,
+        type=integer(1),
         default=1,
         help="rollouts per task, for pass@k (default 1; > 1 needs --temperature)",
     )
     p.add_argument(
-        "--temperature", type=float, default=0.0, help="sampling temperature (default 0: greedy)"
+        "--temperature",
+        type=number(0),
+        default=0.0,
+        help="sampling temperature (default 0: greedy)",
     )
-    p.add_argument("--threshold", type=float, default=1.0, help="a score >= this passes")
+    p.add_argument(
+        "--threshold", type=number(above=0, high=1), default=1.0, help="a score >= this passes"
+    )
     p.add_argument("--json", type=Path, default=None, help="also write the result here")
     p.set_defaults(func=_eval)
 

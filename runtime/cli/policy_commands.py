@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from runtime.cli.settings import integer, number
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the policy subcommands to the `scalecua` parser."""
@@ -16,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "init", help="write the tiny default Qwen2.5-VL policy as an HF model folder"
     )
     init.add_argument("--out", type=Path, required=True, help="folder to write")
-    init.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    init.add_argument("--seed", type=integer(0), default=0, help="seed of the random weights")
     init.set_defaults(func=_init)
 
     check = sub.add_parser(
@@ -24,16 +26,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="play a multi-turn episode and print the generate-vs-recompute logprob difference",
     )
     check.add_argument("policy", help="a model folder, 'tiny' or 'smollm2'")
-    check.add_argument("--turns", type=int, default=5, help="episode length (one image per turn)")
-    check.add_argument("--max-tokens", type=int, default=16, help="tokens sampled per turn")
-    check.add_argument("--temperature", type=float, default=1.0)
-    check.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    check.add_argument(
+        "--turns", type=integer(1), default=5, help="episode length (one image per turn)"
+    )
+    check.add_argument("--max-tokens", type=integer(1), default=16, help="tokens sampled per turn")
+    check.add_argument("--temperature", type=number(0), default=1.0)
+    check.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     check.add_argument("--device", default="cpu")
     check.add_argument(
-        "--tolerance", type=float, default=1e-5, help="fp32 bound on the difference (exit 1 above)"
+        "--tolerance",
+        type=number(0),
+        default=1e-5,
+        help="fp32 bound on the difference (exit 1 above)",
     )
     check.add_argument(
-        "--threads", type=int, default=0, help="torch CPU threads (0: torch's default)"
+        "--threads", type=integer(0), default=0, help="torch CPU threads (0: torch's default)"
     )
     check.set_defaults(func=_check)
 

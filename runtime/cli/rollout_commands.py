@@ -7,9 +7,17 @@ import json
 import sys
 from typing import Any
 
+from runtime.cli.settings import PORT, integer, items, number
 from runtime.policy.prompts import VARIANTS
 
-__all__ = ["register", "rollout_setup"]
+__all__ = ["register", "rollout_setup", "CONTEXT", "SMALLEST_IMAGE"]
+
+# The policy's context window (K, DELTA): DELTA >= 1 when K >= 1 (the history renderer drops
+# DELTA observations at once); K = 0 keeps every observation.
+CONTEXT = items(integer(0), 2, lambda kd: kd[0] == 0 or kd[1] >= 1,
+                "DELTA must be >= 1 when K >= 1 (0 0 keeps every observation)")  # fmt: skip
+# Screenshots shrunk below one 28-pixel patch of Qwen2.5-VL's vision encoder show it nothing.
+SMALLEST_IMAGE = 28
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "trajectory-complete per episode. Start more to scale out."
         ),
     )
-    p.add_argument("--desktops", type=int, default=2, help="episodes at once (default 2)")
+    p.add_argument("--desktops", type=integer(1), default=2, help="episodes at once (default 2)")
     p.add_argument(
         "--policy", default="tiny", help="scripted | tiny | smollm2 | a model folder (default tiny)"
     )
@@ -43,11 +51,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "models and a11y for text-only; compact: the short text view, docs/learning.md)",
     )  # fmt: skip
     p.add_argument(
-        "--image-max-side", type=int, default=1280,
+        "--image-max-side", type=integer(SMALLEST_IMAGE), default=1280,
         help="shrink screenshots to fit this many pixels before the policy sees them",
     )  # fmt: skip
     p.add_argument(
-        "--context", type=int, nargs=2, default=(5, 5), metavar=("K", "DELTA"),
+        "--context", type=CONTEXT, nargs=2, default=(5, 5), metavar=("K", "DELTA"),
         help="context window: at most K+DELTA observations, the oldest DELTA omitted when "
         "full (Visual Context Segmentation; paper: 5 5; 0 0 keeps every observation)",
     )  # fmt: skip
@@ -55,18 +63,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--prompt", default=None, choices=VARIANTS,
         help="system prompt variant (default: the policy card's, else osworld)",
     )  # fmt: skip
-    p.add_argument("--temperature", type=float, default=0.8, help="sampling temperature (0.8)")
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=256, help="tokens per turn (256)")
+    p.add_argument("--temperature", type=number(0), default=0.8, help="sampling temperature (0.8)")
+    p.add_argument("--top-p", type=number(above=0, high=1), default=1.0)
+    p.add_argument("--max-tokens", type=integer(1), default=256, help="tokens per turn (256)")
     p.add_argument(
         "--reload", default="episode", choices=("episode", "turn"),
         help="load announced weights between episodes (default) or between turns",
     )  # fmt: skip
     p.add_argument(
-        "--generate-timeout", type=float, default=300.0, help="seconds an engine call may take"
+        "--generate-timeout",
+        type=number(above=0),
+        default=300.0,
+        help="seconds an engine call may take",
     )
     p.add_argument("--group", default="rollout", help="consumer group (default rollout)")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     _bootstrap(p)
     p.set_defaults(func=_rollout)
 
@@ -75,18 +88,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--judge-version", default="osworld-metrics-v1")
     p.add_argument(
-        "--incomplete-reward", type=float, default=-0.2,
+        "--incomplete-reward", type=number(high=0), default=-0.2,
         help="reward of an episode that hit its step limit (paper: -0.2)",
     )  # fmt: skip
     p.add_argument("--group", default="judge", help="consumer group (default judge)")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     _bootstrap(p)
     p.set_defaults(func=_judge)
 
     p = subparsers.add_parser("request", help="write one group of rollout requests for a task")
     p.add_argument("task_id")
-    p.add_argument("--n", type=int, default=8, help="rollouts in the group (default 8)")
-    p.add_argument("--max-steps", type=int, default=50, help="turn limit per episode (paper: 50)")
+    p.add_argument("--n", type=integer(1), default=8, help="rollouts in the group (default 8)")
+    p.add_argument(
+        "--max-steps", type=integer(1), default=50, help="turn limit per episode (paper: 50)"
+    )
     p.add_argument("--group-id", default=None, help="group id (default: task id + random suffix)")
     _bootstrap(p)
     p.set_defaults(func=_request)
@@ -102,7 +119,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )  # fmt: skip
     p.add_argument("--archive", default=None, help="read trajectories from this archive instead")
     p.add_argument("--run", default=None, help="with --archive: only this run")
-    p.add_argument("--incomplete-reward", type=float, default=-0.2)
+    p.add_argument("--incomplete-reward", type=number(high=0), default=-0.2)
     _bootstrap(p)
     p.set_defaults(func=_rejudge)
 
@@ -177,12 +194,24 @@ def _judge(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace) -> int:
-    from producers.rollout_requests import publish_requests, request_group
+    from producers.rollout_requests import publish_requests, request_group, task_source
     from runtime.cli.bus_commands import _run
     from runtime.config import BusSettings
+    from runtime.errors import SettingError
 
+    settings = BusSettings.from_env(args.bootstrap)
     group = request_group(args.task_id, args.n, max_steps=args.max_steps, group_id=args.group_id)
-    n = _run(publish_requests(BusSettings.from_env(args.bootstrap), group))
+
+    async def main() -> int:
+        if await task_source(settings, args.task_id) is None:  # no worker could play it
+            raise SettingError(
+                f"[request] task_id = {args.task_id} on the command line: no such task (not "
+                "built in, see `scalecua tasks list`; not on the `tasks` topic, see "
+                "`scalecua tasks import`)"
+            )
+        return await publish_requests(settings, group)
+
+    n = _run(main())
     print(json.dumps({"group_id": group[0].group_id, "task_id": args.task_id, "requests": n}))
     return 0
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from runtime.cli.settings import PORT, integer, number, require
+
 __all__ = ["register"]
 
 
@@ -23,29 +25,40 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--strategy", default="frontier",
                    choices=("frontier", "uniform", "dapo", "curriculum"))  # fmt: skip
-    p.add_argument("--batch", type=int, default=32, help="B: tasks per batch (paper: 32)")
-    p.add_argument("--n", type=int, default=8, help="rollouts per task (paper: 8)")
-    p.add_argument("--max-steps", type=int, default=50, help="turn limit per rollout (50)")
-    p.add_argument("--mu", type=float, default=0.5, help="frontier pass rate (0.5)")
-    p.add_argument("--sigma", type=float, default=0.25, help="frontier width (0.25)")
-    p.add_argument("--gamma", type=float, default=0.2, help="share drawn outside the pool (0.2)")
-    p.add_argument("--alpha", type=float, default=0.2, help="EMA rate (0.2)")
-    p.add_argument("--p-min", type=float, default=0.0, help="drop tasks below after first pass")
-    p.add_argument("--p-max", type=float, default=1.0, help="drop tasks above after first pass")
-    p.add_argument("--threshold", type=float, default=1.0, help="score counted as a success")
-    p.add_argument("--in-flight", type=int, default=2, help="unfinished batches at most (2)")
-    p.add_argument("--ahead", type=int, default=2, help="batches beyond the trainer (2)")
-    p.add_argument("--max-batches", type=int, default=None, help="stop requesting after N")
+    p.add_argument("--batch", type=integer(1), default=32, help="B: tasks per batch (paper: 32)")
+    p.add_argument("--n", type=integer(1), default=8, help="rollouts per task (paper: 8)")
+    p.add_argument("--max-steps", type=integer(1), default=50, help="turn limit per rollout (50)")
+    p.add_argument("--mu", type=number(0, 1), default=0.5, help="frontier pass rate (0.5)")
+    p.add_argument("--sigma", type=number(above=0), default=0.25, help="frontier width (0.25)")
+    p.add_argument(
+        "--gamma", type=number(0, 1), default=0.2, help="share drawn outside the pool (0.2)"
+    )
+    p.add_argument("--alpha", type=number(above=0, high=1), default=0.2, help="EMA rate (0.2)")
+    p.add_argument(
+        "--p-min", type=number(0, 1), default=0.0, help="drop tasks below after first pass"
+    )
+    p.add_argument(
+        "--p-max", type=number(0, 1), default=1.0, help="drop tasks above after first pass"
+    )
+    p.add_argument(
+        "--threshold", type=number(above=0, high=1), default=1.0, help="score counted as a success"
+    )
+    p.add_argument("--in-flight", type=integer(1), default=2, help="unfinished batches at most (2)")
+    p.add_argument("--ahead", type=integer(1), default=2, help="batches beyond the trainer (2)")
+    p.add_argument("--max-batches", type=integer(1), default=None, help="stop requesting after N")
     p.add_argument("--refill-unusable", action="store_true",
                    help="groups with all rewards equal (or none scored) do not count as ahead: "
                         "pair with the trainer's --skip-equal-groups")  # fmt: skip
     p.add_argument("--no-initial-pass", action="store_true",
                    help="do not give every unseen task one group first")  # fmt: skip
     p.add_argument("--judge-version", default="osworld-metrics-v1")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument("--seed", type=integer(0), default=0)
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     p.add_argument("--bootstrap", default=None,
                    help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)")  # fmt: skip
+    require(p, ("p_min", "p_max"), lambda lo, hi: lo <= hi, "p_min must not exceed p_max")
     p.set_defaults(func=_sample)
 
 

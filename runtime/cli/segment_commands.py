@@ -7,6 +7,8 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from runtime.cli.settings import PORT, integer, number
+
 if TYPE_CHECKING:
     from consumers.segmenter.service import SegmenterConfig
 
@@ -25,12 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _segment_args(p)
     p.add_argument(
-        "--idle-timeout", type=float, default=900.0,
+        "--idle-timeout", type=number(above=0), default=900.0,
         help="dead-letter an uncut trajectory after S seconds with no record of it (900; keep "
         "it well above the rollout's --generate-timeout)",
     )  # fmt: skip
     p.add_argument("--group", default="segmenter", help="consumer group (default segmenter)")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     _bootstrap(p)
     p.set_defaults(func=_segment)
 
@@ -50,8 +54,12 @@ def _segment_args(p: argparse.ArgumentParser) -> None:
         "--mode", default="vcs", choices=("vcs", "stepwise", "trajectory"),
         help="vcs (the paper's), stepwise (one item per turn) or trajectory (one item)",
     )  # fmt: skip
-    p.add_argument("--k", type=int, default=5, help="observations kept in context (paper: 5)")
-    p.add_argument("--delta", type=int, default=5, help="observations dropped at once (paper: 5)")
+    p.add_argument(
+        "--k", type=integer(1), default=5, help="observations kept in context (paper: 5)"
+    )
+    p.add_argument(
+        "--delta", type=integer(1), default=5, help="observations dropped at once (paper: 5)"
+    )
     p.add_argument(
         "--policy", default="tiny",
         help="whose tokenizer/processor rendered the rollouts (tiny | smollm2 | a model folder)",

@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.cli.settings import integer
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the task subcommands to the `scalecua` parser."""
@@ -20,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Prints one JSON line per task; exit code 1 if any task is unsound.",
     )
     check.add_argument("ids", nargs="*", help="built-in task ids (default: all)")
-    check.add_argument("--desktops", type=int, default=2, help="desktops used at once")
+    check.add_argument("--desktops", type=integer(1), default=2, help="desktops used at once")
     check.set_defaults(func=_tasks_check)
     imp = tasks_sub.add_parser(
         "import",
@@ -56,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     gen.add_argument("--split", choices=("train", "heldout"), required=True)
-    gen.add_argument("--n", type=int, required=True, help="instances, families taken in turn")
+    gen.add_argument(
+        "--n", type=integer(1), required=True, help="instances, families taken in turn"
+    )
     gen.add_argument("--families", nargs="*", default=None, help="only these families")
     gen.add_argument("--out", type=Path, default=None, help="write the task files here")
     gen.add_argument("--publish", action="store_true", help="publish them to the `tasks` topic")

@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from runtime.cli.settings import PORT, integer, number
+
 __all__ = ["register", "trainer_config"]
 
 
@@ -30,44 +32,63 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="checkpoint root: a folder or s3://... (default $SCALECUA_HOME/checkpoints)",
     )  # fmt: skip
     p.add_argument("--judge-version", default="osworld-metrics-v1", help="train on these rewards")
-    p.add_argument("--batch-groups", type=int, default=32, help="B: groups per step (paper: 32)")
-    p.add_argument("--lr", type=float, default=3e-6, help="AdamW learning rate (paper: 3e-6)")
-    p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm (0: off)")
-    p.add_argument("--clip-low", type=float, default=0.2, help="ε_l (paper: 0.2)")
-    p.add_argument("--clip-high", type=float, default=0.28, help="ε_h (paper: 0.28)")
-    p.add_argument("--dual-clip", type=float, default=3.0, help="c for Â < 0 (paper: 3.0)")
-    p.add_argument("--kl-coef", type=float, default=1e-4, help="λ, k3 KL to the base (1e-4)")
-    p.add_argument("--entropy-coef", type=float, default=0.0, help="entropy bonus (paper: 0)")
     p.add_argument(
-        "--max-lag", type=int, default=4,
+        "--batch-groups", type=integer(1), default=32, help="B: groups per step (paper: 32)"
+    )
+    p.add_argument(
+        "--lr", type=number(above=0), default=3e-6, help="AdamW learning rate (paper: 3e-6)"
+    )
+    p.add_argument("--weight-decay", type=number(0), default=0.0)
+    p.add_argument("--grad-clip", type=number(0), default=1.0, help="max gradient norm (0: off)")
+    p.add_argument("--clip-low", type=number(0, below=1), default=0.2, help="ε_l (paper: 0.2)")
+    p.add_argument("--clip-high", type=number(0), default=0.28, help="ε_h (paper: 0.28)")
+    p.add_argument(
+        "--dual-clip", type=number(above=1), default=3.0, help="c for Â < 0 (paper: 3.0)"
+    )
+    p.add_argument("--kl-coef", type=number(0), default=1e-4, help="λ, k3 KL to the base (1e-4)")
+    p.add_argument("--entropy-coef", type=number(0), default=0.0, help="entropy bonus (paper: 0)")
+    p.add_argument(
+        "--max-lag", type=integer(-1), default=4,
         help="rollouts more than this many versions old are stale (-1: no bound)",
     )  # fmt: skip
     p.add_argument("--staleness", default="drop", choices=("drop", "downweight"))
     p.add_argument(
-        "--stale-weight", type=float, default=0.5,
+        "--stale-weight", type=number(above=0, high=1), default=0.5,
         help="downweight: weight = stale_weight ** (lag - max_lag)",
     )  # fmt: skip
-    p.add_argument("--sft-threshold", type=float, default=1.0, help="sft: minimum reward")
+    p.add_argument(
+        "--sft-threshold", type=number(above=0, high=1), default=1.0, help="sft: minimum reward"
+    )
     p.add_argument(
         "--skip-equal-groups", action="store_true",
         help="leave all-equal groups out of the batch (default: train them with Â = 0)",
     )  # fmt: skip
-    p.add_argument("--micro-batch-tokens", type=int, default=8192, help="padded tokens per pass")
-    p.add_argument("--micro-batch-rows", type=int, default=4, help="sequences per pass")
     p.add_argument(
-        "--group-timeout", type=float, default=900.0,
+        "--micro-batch-tokens", type=integer(1), default=8192, help="padded tokens per pass"
+    )
+    p.add_argument("--micro-batch-rows", type=integer(1), default=4, help="sequences per pass")
+    p.add_argument(
+        "--group-timeout", type=number(0), default=900.0,
         help="drop a group idle this many seconds while incomplete and dead-letter its records "
         "(0: wait forever; keep it above the longest episode)",
     )  # fmt: skip
-    p.add_argument("--max-steps", type=int, default=None, help="stop after this many steps")
-    p.add_argument("--keep-states", type=int, default=2, help="optimizer states kept")
-    p.add_argument("--dtype", default="float32", help="parameters' dtype (bfloat16 on a GPU)")
+    p.add_argument("--max-steps", type=integer(1), default=None, help="stop after this many steps")
+    p.add_argument("--keep-states", type=integer(0), default=2, help="optimizer states kept")
+    p.add_argument(
+        "--dtype",
+        default="float32",
+        choices=("float32", "bfloat16", "float16"),
+        help="parameters' dtype (bfloat16 on a GPU)",
+    )
     p.add_argument("--device", default="cpu")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    p.add_argument("--threads", type=integer(0), default=0, help="torch CPU threads (0: default)")
     p.add_argument("--group", default="trainer", help="consumer group (default trainer)")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
-    p.add_argument("--metrics-interval", type=float, default=30.0, help="seconds between lines")
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
+    p.add_argument(
+        "--metrics-interval", type=number(above=0), default=30.0, help="seconds between lines"
+    )
     p.add_argument(
         "--bootstrap", default=None,
         help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)",

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from runtime.cli.rollout_commands import SMALLEST_IMAGE
+from runtime.cli.settings import PORT, integer
+
 __all__ = ["register"]
 
 # The loop's size on a laptop: these override the services' paper-sized defaults so the
@@ -30,19 +33,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "[segment], [sample], [train] of the config file, or SCALECUA_<COMMAND>_<KEY>)."
         ),
     )
-    p.add_argument("--iterations", type=int, default=3, help="trainer steps to run (default 3)")
-    p.add_argument("--desktops", type=int, default=2, help="desktops run side by side (default 2)")
+    p.add_argument(
+        "--iterations", type=integer(1), default=3, help="trainer steps to run (default 3)"
+    )
+    p.add_argument(
+        "--desktops", type=integer(1), default=2, help="desktops run side by side (default 2)"
+    )
     p.add_argument("--policy", default="tiny", help="tiny | smollm2 | a model folder (tiny)")
-    p.add_argument("--batch", type=int, default=_LAPTOP["batch"],
+    p.add_argument("--batch", type=integer(1), default=_LAPTOP["batch"],
                    help="B: tasks per batch and groups per trainer step (paper: 32)")  # fmt: skip
-    p.add_argument("--n", type=int, default=_LAPTOP["n"], help="rollouts per task (paper: 8)")
-    p.add_argument("--max-steps", type=int, default=_LAPTOP["max_steps"],
+    p.add_argument(
+        "--n", type=integer(1), default=_LAPTOP["n"], help="rollouts per task (paper: 8)"
+    )
+    p.add_argument("--max-steps", type=integer(1), default=_LAPTOP["max_steps"],
                    help="turn limit per rollout (paper: 50)")  # fmt: skip
-    p.add_argument("--max-tokens", type=int, default=_LAPTOP["max_tokens"],
+    p.add_argument("--max-tokens", type=integer(1), default=_LAPTOP["max_tokens"],
                    help="tokens generated per turn")  # fmt: skip
-    p.add_argument("--image-max-side", type=int, default=_LAPTOP["image_max_side"],
+    p.add_argument("--image-max-side", type=integer(SMALLEST_IMAGE), default=_LAPTOP["image_max_side"],
                    help="screenshots shrunk to fit this many pixels (1280 in `rollout`)")  # fmt: skip
-    p.add_argument("--in-flight", type=int, default=_LAPTOP["in_flight"],
+    p.add_argument("--in-flight", type=integer(1), default=_LAPTOP["in_flight"],
                    help="unfinished batches at most (1: a step's groups finish together on "
                    "few desktops; the next batch still plays while the trainer steps)")  # fmt: skip
     p.add_argument("--tasks", nargs="*", default=None,
@@ -51,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="archive folder/URL (default $SCALECUA_HOME/archive)")  # fmt: skip
     p.add_argument("--checkpoints", default=None,
                    help="checkpoint root (default $SCALECUA_HOME/checkpoints/<run>)")  # fmt: skip
-    p.add_argument("--dashboard-port", type=int, default=8080,
+    p.add_argument("--dashboard-port", type=integer(*PORT), default=8080,
                    help="dashboard port on 127.0.0.1 (0: any free one; taken: any free one)")  # fmt: skip
     p.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
     p.add_argument("--bootstrap", default=None,

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from runtime.cli.settings import PORT, integer, number
+
 __all__ = ["register"]
 
 
@@ -51,13 +53,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--app", required=True, choices=("terminal", "mousepad", "calc", "writer"))
-    p.add_argument("--n", type=int, default=1, help="candidates to synthesise (default 1)")
+    p.add_argument("--n", type=integer(1), default=1, help="candidates to synthesise (default 1)")
     p.add_argument("--hint", action="append", default=None,
                    help="a theme for the proposer (repeat: they cycle over the requests)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=4,
+    p.add_argument("--workers", type=integer(0), default=4,
                    help="syntheses at once in this process (default 4; 0: none here)")  # fmt: skip
     p.add_argument("--out", type=Path, help="also write each accepted task (and its solution) here")
-    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.add_argument(
+        "--timeout", type=number(above=0), default=None, help="give up after this many seconds"
+    )
     _switch_args(p)
     _llm_args(p)
     _probe_args(p)
@@ -65,9 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
     p = sub.add_parser("worker", help="a VeriGen worker: synthesise synthesis-requests (scale out)")
-    p.add_argument("--workers", type=int, default=16, help="syntheses at once (default 16)")
+    p.add_argument("--workers", type=integer(1), default=16, help="syntheses at once (default 16)")
     p.add_argument("--group", default="verigen", help="consumer group (default verigen)")
-    p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics here")
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
     _llm_args(p)
     _probe_args(p)
     _bootstrap(p)
@@ -91,25 +97,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     where.add_argument("--archive", default=None, help="read this archive's Parquet instead")
     p.add_argument("--run", default=None, help="with --archive: only this run (or `latest`)")
     g = p.add_argument_group("what to grow")
-    g.add_argument("--failed-below", type=float, default=0.25,
+    g.add_argument("--failed-below", type=number(0, 1), default=0.25,
                    help="decompose train tasks at or below this pass rate (default 0.25)")  # fmt: skip
-    g.add_argument("--solved-from", type=float, default=0.75,
+    g.add_argument("--solved-from", type=number(0, 1), default=0.75,
                    help="compose train tasks at or above this pass rate (default 0.75)")  # fmt: skip
-    g.add_argument("--min-rollouts", type=int, default=2, help="rollouts a task needs (default 2)")
-    g.add_argument("--subtasks", type=int, default=2, help="sub-goals per failed task (default 2)")
-    g.add_argument("--compose-size", type=int, default=2, help="tasks per composition (default 2)")
-    g.add_argument("--cluster-threshold", type=float, default=0.5,
+    g.add_argument(
+        "--min-rollouts", type=integer(1), default=2, help="rollouts a task needs (default 2)"
+    )
+    g.add_argument(
+        "--subtasks", type=integer(1), default=2, help="sub-goals per failed task (default 2)"
+    )
+    g.add_argument(
+        "--compose-size", type=integer(2), default=2, help="tasks per composition (default 2)"
+    )
+    g.add_argument("--cluster-threshold", type=number(-1, 1), default=0.5,
                    help="average cosine similarity that joins two clusters (default 0.5)")  # fmt: skip
-    g.add_argument("--tolerance", type=float, default=30.0,
+    g.add_argument("--tolerance", type=number(0, 1000), default=30.0,
                    help="grid units (of 1000) within which two clicks match (default 30)")  # fmt: skip
-    g.add_argument("--max-decompose", type=int, default=50, help="failed tasks at most")
-    g.add_argument("--max-compose", type=int, default=50, help="compositions at most")
+    g.add_argument("--max-decompose", type=integer(0), default=50, help="failed tasks at most")
+    g.add_argument("--max-compose", type=integer(0), default=50, help="compositions at most")
     g.add_argument("--dry-run", action="store_true",
                    help="print the plan (seeds per kind, skipped tasks) and synthesise nothing")  # fmt: skip
-    p.add_argument("--workers", type=int, default=4,
+    p.add_argument("--workers", type=integer(0), default=4,
                    help="syntheses at once in this process (default 4; 0: none here)")  # fmt: skip
     p.add_argument("--out", type=Path, help="also write each accepted task (and its solution) here")
-    p.add_argument("--timeout", type=float, default=None, help="give up after this many seconds")
+    p.add_argument(
+        "--timeout", type=number(above=0), default=None, help="give up after this many seconds"
+    )
     _switch_args(p)
     _llm_args(p, required=False)
     _probe_args(p)
@@ -130,7 +144,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--benchmark", required=True, type=Path, help="a folder of OSWorld task JSON")
     p.add_argument("--tasks", type=Path, default=None,
                    help="audit this folder of task JSON (default: the tasks topic's train split)")  # fmt: skip
-    p.add_argument("--threshold", type=float, default=0.90,
+    p.add_argument("--threshold", type=number(0, 1), default=0.90,
                    help="composite similarity of an objective near-duplicate (default 0.90)")  # fmt: skip
     p.add_argument("--filter", action="store_true",
                    help="re-publish flagged tasks of the topic under split `benchmark`")  # fmt: skip
@@ -139,8 +153,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_audit)
 
     p = sub.add_parser("probe", help="serve the shared interaction probe over HTTP on 127.0.0.1")
-    p.add_argument("--desktops", type=int, default=4, help="desktops to share (default 4)")
-    p.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    p.add_argument("--desktops", type=integer(1), default=4, help="desktops to share (default 4)")
+    p.add_argument("--port", type=integer(*PORT), default=0, help="port (default: a free one)")
     p.add_argument("--token", default=None, help="bearer token (default: a random one)")
     p.set_defaults(func=_probe)
     verigen.set_defaults(func=_help(verigen))
@@ -161,7 +175,9 @@ def _bootstrap(p: argparse.ArgumentParser) -> None:
 
 def _switch_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("loop (the paper's ablation switches)")
-    g.add_argument("--rounds", type=int, default=3, help="validate/judge/check rounds (default 3)")
+    g.add_argument(
+        "--rounds", type=integer(1), default=3, help="validate/judge/check rounds (default 3)"
+    )
     g.add_argument("--no-validator", action="store_true", help="skip the rule validator")
     g.add_argument("--no-judger", action="store_true", help="skip the LLM judger")
     g.add_argument("--no-fixer", action="store_true", help="do not repair rejected candidates")
@@ -172,23 +188,33 @@ def _llm_args(p: argparse.ArgumentParser, required: bool = True) -> None:
     g = p.add_argument_group("model (any OpenAI-compatible chat endpoint)")
     g.add_argument("--llm-url", required=required, help="base URL ending in /v1")
     g.add_argument("--model", required=required, help="the served model name")
-    g.add_argument("--llm-concurrency", type=int, default=16, help="calls in flight (default 16)")
-    g.add_argument("--llm-timeout", type=float, default=120.0, help="seconds per call")
-    g.add_argument("--max-tokens", type=int, default=2048, help="tokens per reply (default 2048)")
-    g.add_argument("--temperature", type=float, default=0.7)
-    g.add_argument("--price-input", type=float, default=0.0,
+    g.add_argument(
+        "--llm-concurrency", type=integer(1), default=16, help="calls in flight (default 16)"
+    )
+    g.add_argument("--llm-timeout", type=number(above=0), default=120.0, help="seconds per call")
+    g.add_argument(
+        "--max-tokens", type=integer(1), default=2048, help="tokens per reply (default 2048)"
+    )
+    g.add_argument("--temperature", type=number(0), default=0.7)
+    g.add_argument("--price-input", type=number(0), default=0.0,
                    help="USD per 1M prompt tokens (default 0: a local server)")  # fmt: skip
-    g.add_argument("--price-output", type=float, default=0.0, help="USD per 1M completion tokens")
-    g.add_argument("--judge-min-score", type=float, default=6.0, help="judger score to accept")
-    g.add_argument("--checker-turns", type=int, default=15, help="checker actions at most")
-    g.add_argument("--parse-retries", type=int, default=2, help="re-asks after a malformed reply")
-    g.add_argument("--observation-ttl", type=float, default=0.0,
+    g.add_argument(
+        "--price-output", type=number(0), default=0.0, help="USD per 1M completion tokens"
+    )
+    g.add_argument(
+        "--judge-min-score", type=number(0, 10), default=6.0, help="judger score to accept"
+    )
+    g.add_argument("--checker-turns", type=integer(1), default=15, help="checker actions at most")
+    g.add_argument(
+        "--parse-retries", type=integer(0), default=2, help="re-asks after a malformed reply"
+    )
+    g.add_argument("--observation-ttl", type=number(0), default=0.0,
                    help="reuse an app's starting-state look this many seconds (default 0: live)")  # fmt: skip
 
 
 def _probe_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("desktops")
-    g.add_argument("--desktops", type=int, default=2, help="an in-process probe's desktops")
+    g.add_argument("--desktops", type=integer(1), default=2, help="an in-process probe's desktops")
     g.add_argument("--probe-url", default=None, help="use this probe server instead")
     g.add_argument("--probe-token", default=None, help="its token (default $SCALECUA_PROBE_TOKEN)")
 
