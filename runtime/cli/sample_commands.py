@@ -45,7 +45,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--in-flight", type=integer(1), default=2, help="unfinished batches at most (2)")
     p.add_argument("--ahead", type=integer(1), default=2, help="batches beyond the trainer (2)")
-    p.add_argument("--max-batches", type=integer(1), default=None, help="stop requesting after N")
+    p.add_argument(
+        "--max-batches",
+        type=integer(0),
+        default=None,
+        help="stop requesting after N (0: fold rewards only, request nothing)",
+    )
     p.add_argument("--refill-unusable", action="store_true",
                    help="groups with all rewards equal (or none scored) do not count as ahead: "
                         "pair with the trainer's --skip-equal-groups")  # fmt: skip

@@ -120,8 +120,6 @@ async def test_after_a_restart_halves_of_finished_trajectories_are_not_held(
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        ({"group_size": 0}, "group size 0"),
-        ({"sample_index": 2}, "sample index 2 is outside its group of 2"),
         ({"num_steps": 5, "max_steps": 4}, "over its max_steps of 4"),
     ],
 )

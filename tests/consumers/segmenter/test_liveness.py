@@ -140,8 +140,10 @@ async def test_impossible_and_contradictory_trajectories_are_dead_lettered_at_on
     task = asyncio.create_task(runner.run(install_signal_handlers=False))
     try:
         async with EventProducer(bus_settings) as producer:
-            no_group = msgspec.structs.replace(d_done, group_size=0)
-            impossible = await _send(producer, [*d_steps, no_group])
+            # Decodable but impossible: more steps than its own limit (events themselves refuse
+            # a group size of 0 or an index outside the group: those fail at decode).
+            over = msgspec.structs.replace(d_done, max_steps=1)
+            impossible = await _send(producer, [*d_steps, over])
             # Step 3 of a trajectory whose completion says 2 steps (either may come first).
             contradictory = await _send(
                 producer, [e_steps[3], msgspec.structs.replace(e_done, num_steps=2)]
@@ -162,7 +164,7 @@ async def test_impossible_and_contradictory_trajectories_are_dead_lettered_at_on
     # the runner dead-letters) with the same reason: the completion may be read first.
     for m in impossible:
         assert d_done.trajectory_id in reason[m.topic, m.offset]
-        assert "group size 0" in reason[m.topic, m.offset]
+        assert "over its max_steps of 1" in reason[m.topic, m.offset]
     for m in contradictory:
         assert "says 2 steps but step" in reason[m.topic, m.offset]  # "step 3" or "steps 3"
     assert (

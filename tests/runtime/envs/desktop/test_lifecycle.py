@@ -50,6 +50,8 @@ async def test_reset_closes_apps_and_restores_the_home(desktop: Desktop, wait_wi
     await desktop.reset()
     async with desktop.controller() as ctl:
         await ctl.launch(["mousepad"])
+        # Mousepad first: mapped after the xterm (under load), it would take the focus from it.
+        await wait_window(ctl, "Mousepad")
         await ctl.launch("xterm -T leftover", shell=True)
         await wait_window(ctl, "leftover")
         await ctl.upload_file("/home/user/Desktop/old.txt", b"old")
