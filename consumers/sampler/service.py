@@ -154,8 +154,10 @@ class Sampler:
         """Fold a reward into its group, or note a training step."""
         event = record.event
         if isinstance(event, PolicyUpdate):
-            self.policy_version = max(self.policy_version, event.policy_version)
-            self.trainer_steps += 1
+            # A restarted trainer announces its newest checkpoint again: one step, one version.
+            if event.policy_version > self.policy_version:
+                self.trainer_steps += 1
+                self.policy_version = event.policy_version
             return []
         reward: Reward = event
         if reward.judge_version != self.config.judge_version:
@@ -312,6 +314,14 @@ class Sampler:
     async def close(self) -> list[Output]:
         """Nothing to persist: partial groups are re-read after a restart."""
         return []
+
+    async def on_new_log(self, run_id: str | None) -> None:
+        """The log was replaced (a restarted broker): requests in flight went with the old one."""
+        log.warning("sampler: a new log (run %s): %d batches in flight are forgotten",
+                    run_id, len(self._unfinished))  # fmt: skip
+        self._unfinished.clear()
+        self._groups.clear()
+        self._requested_unseen.clear()
 
     def stats(self) -> dict[str, float]:
         """Counters for the runner's metrics line and /metrics."""

@@ -365,6 +365,12 @@ class Trainer:
     async def on_assigned(self, partitions: set[TopicPartition]) -> None:
         """Nothing to prepare: state comes back as records are re-read."""
 
+    async def on_new_log(self, run_id: str | None) -> None:
+        """The log was replaced (a restarted broker): positions of the old log mean nothing."""
+        self.run_id = run_id  # restart points written from now on name the new run
+        self.book.floors.clear()  # offsets of the old log: they would skip the new log's records
+        self.book.next_offset.clear()
+
     async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
         """Forget unfinished groups' records of partitions moving away (the trainer is a singleton)."""
         self.book.forget_partitions(set(partitions))
