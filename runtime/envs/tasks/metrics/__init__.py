@@ -1,4 +1,8 @@
-"""Metric functions by OSWorld name: `METRICS[name](result, [expected,] **options)`."""
+"""Metric functions by OSWorld name: `METRICS[name](result, [expected,] **options)`.
+
+One module per app or area; a module with many metrics exports its own `METRICS` dict,
+merged here.
+"""
 
 from __future__ import annotations
 

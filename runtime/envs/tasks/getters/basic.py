@@ -1,11 +1,8 @@
-"""Getters: OSWorld's `result`/`expected` specs turned into values a metric can compare.
+"""The general getters: files from the desktop, the task folder or a URL, command output, the
+terminal, the accessibility tree, the screen, literal rules and the agent's answer.
 
-A getter spec is `{"type": NAME, ...config}`; `get_state(ctx, spec)` dispatches on
-`type` to an async function here. File getters return a host path under the
-evaluation's cache folder or the task's folder (None when the file is missing), as
-OSWorld's do, typed `FetchedFile`: only such paths reach a sandboxed judge as files; a
-path a task writes into a `rule` stays a string. Like setup steps, `cloud_file` and
-`cache_file` read only inside the task's folder and the desktop's home.
+Like setup steps, `cloud_file` and `cache_file` read only inside the task's folder and the
+desktop's home.
 """
 
 from __future__ import annotations
@@ -13,23 +10,22 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
+from runtime.envs.tasks.getters.context import (
+    EvalContext,
+    FetchedFile,
+    Getter,
+    dest_path,
+    give,
+    multi_paths,
+)
 from runtime.envs.tasks.setup import CLIENT_PASSWORD, fetch_source
 from runtime.errors import TaskError
 
-__all__ = [
-    "GETTERS",
-    "TERMINAL_LOG_DIR",
-    "EvalContext",
-    "FetchedFile",
-    "get_state",
-    "terminal_text",
-]
+__all__ = ["GETTERS", "terminal_text"]
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL/ST), charset designations and short escapes.
 _ANSI = re.compile(
@@ -37,89 +33,31 @@ _ANSI = re.compile(
 )
 
 
-@dataclass
-class EvalContext:
-    """What getters may look at: the desktop, a scratch folder and the episode's actions."""
-
-    controller: Any  # a DesktopController (or anything with its async methods)
-    cache_dir: Path  # host folder where fetched files land, one per evaluation
-    base_dir: Path | None = None  # the task file's folder, for bundled expected files
-    actions: list[dict[str, Any]] = field(default_factory=list)  # actions played, in order
-
-
-Getter = Callable[[EvalContext, dict[str, Any]], Awaitable[Any]]
-
-
-class FetchedFile(str):
-    """The host path of a file a getter fetched (or found in the task folder) for a metric."""
-
-    __slots__ = ()
-
-
-async def get_state(ctx: EvalContext, spec: dict[str, Any] | list[dict[str, Any]] | None) -> Any:
-    """Evaluate one getter spec (or a list of them, giving a list of values)."""
-    if spec is None:
-        return None
-    if isinstance(spec, list):
-        return [await get_state(ctx, one) for one in spec]
-    getter = GETTERS.get(spec.get("type"))  # type: ignore[arg-type]
-    if getter is None:
-        raise TaskError(f"unsupported getter type {spec.get('type')!r}")
-    try:
-        return await getter(ctx, spec)
-    except KeyError as exc:
-        raise TaskError(f"getter {spec['type']}: missing config key {exc}") from exc
-
-
-def _multi(config: dict[str, Any]) -> tuple[list[Any], list[str], list[int]]:
-    """Split a possibly multi-file config into paths, dest names and the indexes to give."""
-    if config.get("multi"):
-        paths, dests = list(config["path"]), list(config["dest"])
-        if len(paths) != len(dests):
-            raise TaskError("a multi getter needs as many `dest` names as `path`s")
-        gives = list(config.get("gives", [0]))
-    else:
-        paths, dests, gives = [config["path"]], [config.get("dest")], [0]
-    return paths, dests, gives
-
-
-def _give(values: list[Any], gives: list[int]) -> Any:
-    """OSWorld's `gives`: one value when one index is asked for, else a list."""
-    picked = [values[i] for i in gives]
-    return picked[0] if len(picked) == 1 else picked
-
-
-def _dest(ctx: EvalContext, dest: str | None, source: str) -> Path:
-    """A path in the cache folder for a fetched file (never outside it)."""
-    name = Path(dest or Path(source).name or "file").name
-    return ctx.cache_dir / name
-
-
 async def get_vm_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
     """Copy files from the desktop into the cache folder; None for a missing file."""
-    paths, dests, gives = _multi(config)
+    paths, dests, gives = multi_paths(config)
     out: list[str | None] = []
     for path, dest in zip(paths, dests, strict=True):
         data = await ctx.controller.get_file(path)
         if data is None:
             out.append(None)
             continue
-        local = _dest(ctx, dest, path)
+        local = dest_path(ctx, dest, path)
         await asyncio.to_thread(local.write_bytes, data)
         out.append(FetchedFile(local))
-    return _give(out, gives)
+    return give(out, gives)
 
 
 async def get_cloud_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
     """Fetch files by URL (file://, loopback http(s), or a path beside the task)."""
-    paths, dests, gives = _multi(config)
+    paths, dests, gives = multi_paths(config)
     out: list[str] = []
     for url, dest in zip(paths, dests, strict=True):
-        local = _dest(ctx, dest, url)
+        local = dest_path(ctx, dest, url)
         data = await fetch_source(ctx.controller, url, ctx.base_dir)
         await asyncio.to_thread(local.write_bytes, data)
         out.append(FetchedFile(local))
-    return _give(out, gives)
+    return give(out, gives)
 
 
 async def get_cache_file(ctx: EvalContext, config: dict[str, Any]) -> str:
