@@ -197,7 +197,7 @@ async def reseed_from_archive(
     broker restarted and stopped again before anything was imported) has nothing to resume.
     Raises ConfigError when the archive holds no such run, naming the runs it has.
     """
-    from runtime.archive.layout import table_to_events
+    from runtime.archive.layout import indexed_events
     from runtime.archive.store import ArchiveStore
 
     store = ArchiveStore(archive)
@@ -222,10 +222,11 @@ async def reseed_from_archive(
             table = await asyncio.to_thread(store.read, name, None, [run_id])
             if table is None or table.num_rows == 0:
                 continue
-            events = table_to_events(topic(name).event_type, table)
-            rows = zip(
-                table["_partition"].to_pylist(), table["_offset"].to_pylist(), events, strict=True
-            )
+            partitions, offsets = table["_partition"].to_pylist(), table["_offset"].to_pylist()
+            rows = [
+                (partitions[i], offsets[i], event)
+                for i, event in indexed_events(topic(name).event_type, table)
+            ]
             picked = reseed_events(rows, spec.reseed)
             await producer.wait_acks([await producer.send(name, e) for e in picked])
             counts[name] = len(picked)

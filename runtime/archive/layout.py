@@ -14,6 +14,7 @@ fields are stored as JSON text so any task JSON fits one column. Readers add `_r
 
 from __future__ import annotations
 
+import logging
 import re
 from functools import cache
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "arrow_schema",
     "events_to_table",
     "table_to_events",
+    "indexed_events",
     "file_name",
     "parse_file_name",
     "partition_dir",
@@ -35,6 +37,8 @@ __all__ = [
     "parse_run_dir",
     "LEGACY_RUN",
 ]
+
+log = logging.getLogger(__name__)
 
 _FILE = re.compile(r"^(\d{20})-(\d{20})\.parquet$")
 _RUN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -160,12 +164,20 @@ def _defaulted(event_type: type[Event]) -> frozenset[str]:
 def table_to_events(event_type: type[Event], table: pa.Table) -> list[Event]:
     """Rebuild events from archive rows (the inverse of events_to_table's event columns).
 
-    A field added to the event after a file was written reads as its default.
+    A field added to the event after a file was written reads as its default. A row the
+    event type now refuses (a value an older version let through, such as a NaN score) is
+    left out: see `indexed_events` for which rows were kept.
     """
+    return [event for _, event in indexed_events(event_type, table)]
+
+
+def indexed_events(event_type: type[Event], table: pa.Table) -> list[tuple[int, Event]]:
+    """Rebuild events from archive rows as (row index, event), leaving out rows now invalid."""
     cols = _columns(event_type)
     defaulted = _defaulted(event_type)
-    out: list[Event] = []
-    for row in table.to_pylist():
+    out: list[tuple[int, Event]] = []
+    refused: list[str] = []
+    for i, row in enumerate(table.to_pylist()):
         fields = {}
         for name, _, as_json in cols:
             value = row.get(name)
@@ -174,5 +186,11 @@ def table_to_events(event_type: type[Event], table: pa.Table) -> list[Event]:
             if as_json and isinstance(value, str):
                 value = orjson.loads(value)
             fields[name] = value
-        out.append(msgspec.convert(fields, event_type))
+        try:
+            out.append((i, msgspec.convert(fields, event_type)))
+        except msgspec.ValidationError as exc:
+            refused.append(str(exc))
+    if refused:
+        log.warning("%d archived %s row(s) are no longer valid events and were left out "
+                    "(first: %s)", len(refused), event_type.__name__, refused[0])  # fmt: skip
     return out
