@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,12 +36,16 @@ from runtime.config import BusSettings, broker_state_file, home_dir
 from runtime.errors import ConfigError
 from runtime.runs import ensure_run, run_resolver
 from runtime.service import ServiceRunner
+from runtime.service_logs import ServiceLogs, as_service
+from runtime.up_console import UpConsole
 
 __all__ = ["UpConfig", "run_up"]
 
+_console = UpConsole(0, live=False)  # the run's console; run_up sets the real one
+
 
 def _say(msg: str) -> None:
-    print(f"[scalecua up] {msg}", file=sys.stderr, flush=True)
+    _console.say(msg)
 
 
 @dataclass
@@ -94,7 +97,7 @@ def _checkpoint_root(explicit: str | None, run_id: str, resumed_from: str | None
 
 
 class _Progress:
-    """Follows `reward` and `policy-updates` and prints one line per iteration."""
+    """Follows `reward`, `trajectory-complete` and `policy-updates`: one row per iteration."""
 
     def __init__(self, settings: BusSettings, iterations: int, judge_version: str) -> None:
         self.settings = settings
@@ -104,16 +107,17 @@ class _Progress:
         self.rows: list[dict[str, Any]] = []
         self.rewards: list[Any] = []  # every reward of this judge version
         self._since: list[Any] = []  # rewards since the last update
+        self.played = 0  # trajectories completed
         self.trajectories_by_version: dict[int, int] = defaultdict(int)
         self.last_uri: str | None = None
+        self._last_at = self.started
 
     async def run(self) -> None:
-        """Read both topics from the start until cancelled."""
+        """Read the topics from the start until cancelled."""
         from runtime.bus import EventConsumer
-        from topics.events import PolicyUpdate, Reward
+        from topics.events import PolicyUpdate, Reward, TrajectoryComplete
 
-        topics = ["reward", "policy-updates"]
-        last_note = time.monotonic()
+        topics = ["reward", "trajectory-complete", "policy-updates"]
         async with EventConsumer(self.settings, topics, group_id=None) as consumer:
             await consumer.read_all(*topics)
             while True:
@@ -123,13 +127,11 @@ class _Progress:
                         self.rewards.append(event)
                         self._since.append(event)
                         self.trajectories_by_version[event.policy_version] += 1
+                    elif isinstance(event, TrajectoryComplete):
+                        self.played += 1
                     elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
                         self._iteration(event)
-                        last_note = time.monotonic()
-                if time.monotonic() - last_note > 60:
-                    last_note = time.monotonic()
-                    _say(f"... {len(self.rewards)} rollouts scored so far, "
-                         f"{self._elapsed()} elapsed")  # fmt: skip
+                _console.counts(played=self.played, scored=len(self.rewards))
 
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self.started)
@@ -141,6 +143,7 @@ class _Progress:
         scored = [r for r in self._since if r.scored]
         self._since = []
         m = update.metrics
+        now = time.monotonic()
         row = {
             "iteration": len(self.rows) + 1,
             "policy_version": update.policy_version,
@@ -152,18 +155,24 @@ class _Progress:
             "rollout_versions": sorted({r.policy_version for r in scored}),
             "step_time_s": round(m.get("step_time_s", 0.0), 1),
             "loss": round(m.get("loss", 0.0), 5),
+            "groups": int(m.get("groups", 0)),
             "groups_all_equal": int(m.get("groups_all_equal", 0)),
-            "elapsed_s": round(time.monotonic() - self.started, 1),
+            "elapsed_s": round(now - self.started, 1),
+            "duration_s": round(now - self._last_at, 1),
         }
+        self._last_at = now
         self.rows.append(row)
         self.last_uri = update.checkpoint_uri
+        _console.counts(version=update.policy_version)
         reward = "n/a" if row["mean_reward"] is None else f"{row['mean_reward']:+.2f}"
         passed = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.0%}"
-        _say(f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version}, "
-             f"{row['rollouts']} rollouts since the last update (played by "
-             f"v{','.join(map(str, row['rollout_versions'])) or '-'}): reward {reward}, pass "
-             f"{passed}; step {row['step_time_s']}s, loss {row['loss']}, "
-             f"{row['groups_all_equal']} all-equal groups; {self._elapsed()}")  # fmt: skip
+        _console.iteration(row, (
+            f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version}, "
+            f"{row['rollouts']} rollouts since the last update (played by "
+            f"v{','.join(map(str, row['rollout_versions'])) or '-'}): reward {reward}, pass "
+            f"{passed}; step {row['step_time_s']}s, loss {row['loss']}, {row['groups']} groups "
+            f"({row['groups_all_equal']} all-equal); {self._elapsed()}"
+        ))  # fmt: skip
 
 
 async def _start_dashboard(
@@ -183,8 +192,24 @@ async def _start_dashboard(
         return await stack.enter_async_context(serve_dashboard(settings, port=0, config=config))
 
 
-async def run_up(config: UpConfig) -> int:
-    """Run the whole loop until `iterations` trainer steps, Ctrl-C or a failed service."""
+async def run_up(
+    config: UpConfig, console: UpConsole | None = None, logs: ServiceLogs | None = None
+) -> int:
+    """Run the whole loop until `iterations` trainer steps, Ctrl-C or a failed service.
+
+    `console` tells a person what happens (default: plain lines on stderr); `logs`, when
+    given, gets a folder of the run's own for the services' log files.
+    """
+    global _console
+    _console = console or UpConsole(config.iterations)
+    _console.start()
+    try:
+        return await _run_up(config, logs)
+    finally:
+        _console.stop()
+
+
+async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.service import rollout_service
     from consumers.sampler.service import sampler_service
@@ -213,6 +238,10 @@ async def run_up(config: UpConfig) -> int:
     settings = BusSettings(bootstrap=boot)
     blobs = open_blob_store()
     run = await ensure_run(settings)
+    log_dir = home_dir() / "runs" / run.run_id / "logs"
+    if logs is not None:
+        logs.open(log_dir)
+        _say(f"service logs: {log_dir}/<service>.log (warnings and errors also here)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -256,15 +285,16 @@ async def run_up(config: UpConfig) -> int:
             )
             trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy,
                                    checkpoints=checkpoints, max_steps=config.iterations)  # fmt: skip
-            trainer_runner = await stack.enter_async_context(
-                trainer_service(
-                    settings,
-                    trainer_cfg,
-                    backend_options=options,
-                    blobs=blobs,
-                    metrics_interval_s=60,
-                )  # fmt: skip
-            )
+            with as_service("trainer"):
+                trainer_runner = await stack.enter_async_context(
+                    trainer_service(
+                        settings,
+                        trainer_cfg,
+                        backend_options=options,
+                        blobs=blobs,
+                        metrics_interval_s=60,
+                    )  # fmt: skip
+                )
             start("trainer", trainer_runner)
             _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}, "
                  f"{trainer_cfg.batch_groups} groups per step, from version "
@@ -282,8 +312,9 @@ async def run_up(config: UpConfig) -> int:
             _say(f"sampler: {sampler_cfg.frontier.strategy}, B={sampler_cfg.batch_tasks} tasks "
                  f"x n={sampler_cfg.group_size} rollouts, at most {sampler_cfg.max_steps} turns")  # fmt: skip
 
-            start("rollout", await stack.enter_async_context(
-                rollout_service(settings, rollout_config, player, blobs)))  # fmt: skip
+            with as_service("rollout"):
+                start("rollout", await stack.enter_async_context(
+                    rollout_service(settings, rollout_config, player, blobs)))  # fmt: skip
             _say(f"rollout worker: policy {rollout_args.policy} on {rollout_config.desktops} "
                  f"desktops, observing {rollout_config.episode.observe}; screenshots -> "
                  f"{blobs.url}")  # fmt: skip
@@ -293,7 +324,7 @@ async def run_up(config: UpConfig) -> int:
                                              sample_args.mu, sample_args.sigma)  # fmt: skip
                 _say(f"dashboard: {url}")
             tasks["progress"] = asyncio.create_task(progress.run())
-            _say(f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
+            _console.phase("RL", f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
             outcome = await _wait(tasks, stop)
             # Stop in order: producers of work first, the archiver last. After the trainer's
             # last step, the judge, the segmenter and the archiver first finish what the
@@ -301,6 +332,7 @@ async def run_up(config: UpConfig) -> int:
             # trajectory that completed. After Ctrl-C they stop at once: what they hold stays
             # uncommitted and a resumed run re-reads it.
             # (services, whether they first finish their backlog)
+            _console.phase("stopping")
             stages = ((("sampler",), False), (("rollout",), False),
                       (("judge", "segmenter"), True), (("trainer",), False),
                       (("archiver",), True))  # fmt: skip
@@ -323,6 +355,14 @@ async def run_up(config: UpConfig) -> int:
             broker.stop()
             with contextlib.suppress(FileNotFoundError):
                 broker_state_file().unlink()
+    final = progress.last_uri
+    if final:
+        _say(f"trained checkpoint: {final}")
+        _say(f"  evaluate it: scalecua eval --policy {final} --split heldout --n 20")
+    _say(f"archive: {archive} (run {archiver.run_id}); see it: scalecua dashboard --archive "
+         f"{archive} --run {archiver.run_id}")  # fmt: skip
+    if logs is not None:
+        _say(f"service logs: {log_dir}")
     summary = {
         "outcome": outcome,
         "iterations": progress.rows,
@@ -333,6 +373,7 @@ async def run_up(config: UpConfig) -> int:
         "checkpoints": checkpoints,
         "dashboard": url,
         "archive": archive,
+        "logs": str(log_dir),
         "run": archiver.run_id,
         "archived_rows": archiver.rows_written,
         "seconds": round(time.monotonic() - started, 1),

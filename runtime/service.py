@@ -63,6 +63,7 @@ from runtime.config import BusSettings
 from runtime.dedup import DedupWindow
 from runtime.errors import BrokerError, ConfigError, InfrastructureError, ServiceHalted
 from runtime.runs import RunWatch
+from runtime.service_logs import as_service
 from topics.codec import encode
 from topics.events import DeadLetter, Event
 from topics.registry import DEAD_LETTER, topic
@@ -292,7 +293,12 @@ class ServiceRunner:
         """Consume until stop() or SIGTERM/SIGINT, then shut down gracefully.
 
         Raises ServiceHalted when an infrastructure failure outlasts the retry policy.
+        What the service logs meanwhile is attributed to it (runtime/service_logs.py).
         """
+        with as_service(self.processor.name):
+            await self._run(install_signal_handlers)
+
+    async def _run(self, install_signal_handlers: bool) -> None:
         loop = asyncio.get_running_loop()
         self.consumer = EventConsumer(
             self.settings, list(self.processor.topics), self.group_id,

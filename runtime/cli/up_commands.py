@@ -70,6 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start from an archived run's state (default the newest with tasks): tasks, task-stats and "
         "the last policy update; the trainer continues that run's checkpoints",
     )  # fmt: skip
+    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                   help="mirror every service's log to the console (they always go to files)")  # fmt: skip
     p.set_defaults(func=_up)
 
 
@@ -98,12 +100,24 @@ def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
 
 
 def _up(args: argparse.Namespace) -> int:
+    import logging
+
     from transformers.utils import logging as hf_logging
 
     from runtime.cli.bus_commands import _run
     from runtime.local_stack import UpConfig, run_up
+    from runtime.service_logs import ServiceLogs
+    from runtime.up_console import ConsoleWarnings, UpConsole
 
     hf_logging.disable_progress_bar()  # one line per iteration, not a bar per weight load
+    verbose = bool(getattr(args, "verbose", False))
+    console = UpConsole(args.iterations, live=False if verbose else None)
+    root = logging.getLogger()
+    if not verbose:  # the services' lines go to their files; the console keeps the story
+        for handler in list(root.handlers):
+            if type(handler) is logging.StreamHandler:
+                root.removeHandler(handler)
+        root.addHandler(ConsoleWarnings(console))
 
     config = UpConfig(
         iterations=args.iterations, desktops=args.desktops, tasks=args.tasks,
@@ -111,4 +125,5 @@ def _up(args: argparse.Namespace) -> int:
         resume=args.resume, dashboard_port=None if args.no_dashboard else args.dashboard_port,
         services=service_settings(args),
     )  # fmt: skip
-    return _run(run_up(config))
+    with ServiceLogs() as logs:
+        return _run(run_up(config, console, logs))
