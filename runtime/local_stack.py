@@ -55,6 +55,11 @@ class UpConfig:
     iterations: int = 3  # trainer steps, then stop
     desktops: int = 2
     tasks: list[str] | None = None  # built-in task ids imported into `tasks` (None: all)
+    families: list[str] | None = None  # instead: train instances of these task families
+    pool: int = 24  # ...this many of them
+    warm_steps: int = 0  # SFT steps on scripted episodes before RL (0: none)
+    warm_episodes: int = 8  # scripted episodes per SFT step
+    warm_lr: float = 2e-5
     archive: str | None = None  # default $SCALECUA_HOME/archive
     checkpoints: str | None = None  # default $SCALECUA_HOME/checkpoints/<run>
     bootstrap: str | None = None  # an external cluster instead of the embedded broker
@@ -111,6 +116,9 @@ class _Progress:
         self.trajectories_by_version: dict[int, int] = defaultdict(int)
         self.last_uri: str | None = None
         self._last_at = self.started
+        self.warm_steps = 0  # versions up to this one are the warm start's SFT steps (planned,
+        # then as taken: the RL trainer's first version follows the last one taken)
+        self.warm_rows: list[dict[str, Any]] = []
 
     async def run(self) -> None:
         """Read the topics from the start until cancelled."""
@@ -146,6 +154,7 @@ class _Progress:
         now = time.monotonic()
         row = {
             "iteration": len(self.rows) + 1,
+            "label": str(len(self.rows) + 1),
             "policy_version": update.policy_version,
             "rollouts": len(scored),
             "mean_reward": round(sum(r.score for r in scored) / len(scored), 3) if scored else None,
@@ -161,11 +170,24 @@ class _Progress:
             "duration_s": round(now - self._last_at, 1),
         }
         self._last_at = now
-        self.rows.append(row)
         self.last_uri = update.checkpoint_uri
         _console.counts(version=update.policy_version)
         reward = "n/a" if row["mean_reward"] is None else f"{row['mean_reward']:+.2f}"
         passed = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.0%}"
+        if update.policy_version <= self.warm_steps:
+            # Its rollouts are the scripted episodes the step trained on, not rewards since.
+            row.update(phase="warm start", label=f"warm {update.policy_version}",
+                       rollouts=int(m.get("rollouts", 0)), pass_rate=None, mean_reward=None)  # fmt: skip
+            self.warm_rows.append(row)
+            _console.iteration(row, (
+                f"warm start step {update.policy_version}: SFT on {row['rollouts']} scripted "
+                f"episodes, loss {row['loss']}, step {row['step_time_s']}s; policy "
+                f"v{update.policy_version}; {self._elapsed()}"
+            ))  # fmt: skip
+            return
+        row["iteration"] = len(self.rows) + 1
+        row["phase"] = "rl"
+        self.rows.append(row)
         _console.iteration(row, (
             f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version}, "
             f"{row['rollouts']} rollouts since the last update (played by "
@@ -215,13 +237,12 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     from consumers.sampler.service import sampler_service
     from consumers.segmenter.service import Segmenter
     from consumers.trainer.service import trainer_service
-    from producers.task_import import publish_tasks, task_event
     from runtime.blobstore import open_blob_store
     from runtime.cli.rollout_commands import rollout_setup
     from runtime.cli.sample_commands import sampler_config
     from runtime.cli.segment_commands import segmenter_config
     from runtime.cli.train_commands import trainer_config
-    from runtime.envs.tasks.builtin import builtin_ids, load_builtin
+    from runtime.envs.tasks.builtin import builtin_ids
 
     svc = config.services
     rollout_args, train_args = svc["rollout"], svc["train"]
@@ -261,10 +282,7 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
             start("archiver", ServiceRunner(archiver, settings, metrics_interval_s=60))
             await asyncio.wait_for(runners["archiver"].ready.wait(), 60)
             _say(f"archiver writing every topic to {archive}")
-            ids = config.tasks or builtin_ids()
-            await publish_tasks(settings, [task_event(load_builtin(i), source="builtin",
-                                                      split="train") for i in ids])  # fmt: skip
-            _say(f"imported {len(ids)} built-in tasks into `tasks`")
+            ids = await _publish_pool(settings, config)
 
             judge_args = svc["judge"]
             judge_config = JudgeConfig(
@@ -278,13 +296,26 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
             segmenter = Segmenter(segmenter_config(svc["segment"], k, delta), player.processor,
                                   blobs)  # fmt: skip
             start("segmenter", ServiceRunner(segmenter, settings, metrics_interval_s=60))
+            if config.dashboard_port is not None:
+                url = await _start_dashboard(stack, settings, config.dashboard_port,
+                                             svc["sample"].mu, svc["sample"].sigma)  # fmt: skip
+                _say(f"dashboard: {url}")
+            tasks["progress"] = asyncio.create_task(progress.run())
 
             trainer_cfg, options = trainer_config(train_args)
             checkpoints = _checkpoint_root(
                 config.checkpoints or train_args.checkpoints, run.run_id, run.resumed_from
             )
-            trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy,
-                                   checkpoints=checkpoints, max_steps=config.iterations)  # fmt: skip
+            warm_steps = 0
+            progress.warm_steps = config.warm_steps
+            if config.warm_steps > 0:
+                warm_steps = await _warm_start(
+                    settings, config, blobs, ids, checkpoints, rollout_args, rollout_config,
+                    options, start, _stopper(runners, tasks),
+                )  # fmt: skip
+            progress.warm_steps = warm_steps
+            trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy, checkpoints=checkpoints,
+                                   max_steps=warm_steps + config.iterations)  # fmt: skip
             with as_service("trainer"):
                 trainer_runner = await stack.enter_async_context(
                     trainer_service(
@@ -319,11 +350,6 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
                  f"desktops, observing {rollout_config.episode.observe}; screenshots -> "
                  f"{blobs.url}")  # fmt: skip
 
-            if config.dashboard_port is not None:
-                url = await _start_dashboard(stack, settings, config.dashboard_port,
-                                             sample_args.mu, sample_args.sigma)  # fmt: skip
-                _say(f"dashboard: {url}")
-            tasks["progress"] = asyncio.create_task(progress.run())
             _console.phase("RL", f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
             outcome = await _wait(tasks, stop)
             # Stop in order: producers of work first, the archiver last. After the trainer's
@@ -365,6 +391,7 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
         _say(f"service logs: {log_dir}")
     summary = {
         "outcome": outcome,
+        "warm_start": progress.warm_rows,
         "iterations": progress.rows,
         "rollouts_by_policy_version": {
             str(v): n for v, n in sorted(progress.trajectories_by_version.items())
@@ -382,6 +409,62 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     }
     print(orjson.dumps(summary).decode(), flush=True)
     return {"done": 0, "interrupted": 130}.get(outcome, 1)
+
+
+async def _publish_pool(settings: BusSettings, config: UpConfig) -> list[str]:
+    """Import the run's training tasks into `tasks`: built-in ones or task-family instances."""
+    from producers.task_import import publish_tasks, task_event
+    from runtime.envs.tasks import families
+    from runtime.envs.tasks.builtin import builtin_ids, load_builtin
+
+    if config.families:
+        generated = families.generate("train", config.pool, config.families)
+        await publish_tasks(settings, families.task_events(generated))
+        _say(f"imported {len(generated)} train instances of {len(config.families)} task "
+             f"families into `tasks`: {', '.join(config.families)}")  # fmt: skip
+        return [g.task_id for g in generated]
+    ids = config.tasks or builtin_ids()
+    await publish_tasks(settings, [task_event(load_builtin(i), source="builtin", split="train")
+                                   for i in ids])  # fmt: skip
+    _say(f"imported {len(ids)} built-in tasks into `tasks`")
+    return ids
+
+
+def _stopper(runners: dict[str, ServiceRunner], tasks: dict[str, asyncio.Task]):  # noqa: ANN202
+    async def stop(name: str) -> None:
+        runners[name].stop()
+        await _join(tasks, name)
+
+    return stop
+
+
+async def _warm_start(
+    settings: BusSettings, config: UpConfig, blobs: Any, ids: list[str], checkpoints: str,
+    rollout_args: Any, rollout_config: Any, options: dict[str, Any], start: Any, stop: Any,
+) -> int:  # fmt: skip
+    """SFT steps on scripted episodes through the log, before RL; the steps taken."""
+    from runtime.cli.sample_commands import sampler_config
+    from runtime.warm_start import WarmStartPlan, commit_group_at_end, warm_start
+
+    plan = WarmStartPlan(
+        policy=rollout_args.policy, checkpoints=checkpoints, task_ids=ids,
+        steps=config.warm_steps, episodes_per_step=config.warm_episodes,
+        desktops=rollout_config.desktops, max_steps=config.services["sample"].max_steps,
+        observe=rollout_config.episode.observe, context=tuple(rollout_args.context),
+        lr=config.warm_lr, backend_options=options,
+    )  # fmt: skip
+    _console.phase("warm start", (
+        f"warm start: {plan.steps} SFT steps, each on {plan.episodes_per_step} episodes the "
+        "scripted policy plays (reference solutions), judged and segmented like any other"
+    ))  # fmt: skip
+    result = await warm_start(settings, plan, blobs, start=start, stop=stop)
+    if result.steps < plan.steps:
+        _say(f"warning: the warm start took {result.steps} of {plan.steps} SFT steps")
+    # The RL sampler starts after the warm start: its scripted episodes are no pass rates.
+    sampler_group = sampler_config(config.services["sample"]).group_id
+    await commit_group_at_end(settings, sampler_group, ["reward", "policy-updates"])
+    _say(f"warm start done in {result.seconds:.0f}s: policy v{result.steps}; RL continues it")
+    return result.steps
 
 
 def _replace(config: Any, **changes: Any) -> Any:

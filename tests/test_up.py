@@ -42,7 +42,8 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     for name in ("SCALECUA_BOOTSTRAP", "SCALECUA_BLOBS", "SCALECUA_CONFIG"):
         env.pop(name, None)
     argv = [
-        sys.executable, "-m", "runtime.cli", "up", "--iterations", "3", "--batch", "1", "--n",
+        sys.executable, "-m", "runtime.cli", "up", "--policy", "tiny", "--iterations", "3",
+        "--batch", "1", "--n",
         "2", "--max-steps", "2", "--max-tokens", "16", "--desktops", "2", "--dashboard-port",
         "0", "--tasks", *TASKS,
     ]  # fmt: skip

@@ -9,11 +9,35 @@ from runtime.cli.settings import PORT, integer
 
 __all__ = ["register"]
 
-# The loop's size on a laptop: these override the services' paper-sized defaults so the
-# default run ends in minutes on 2 cores. Every other knob comes from the services' tables.
-_LAPTOP = {
-    "batch": 2, "n": 4, "max_steps": 5, "max_tokens": 48, "image_max_side": 448, "in_flight": 1,
+# What `up` runs by default, per policy. `smollm2` (the default) is the run that learns in
+# about ten minutes on 2 cores: SmolLM2-135M-Instruct on the compact text view of easy
+# terminal tasks, a short warm start through the log (SFT on scripted episodes), then GRPO
+# (docs/learning.md has the measurements behind each choice). `tiny` is the fast plumbing
+# check: a random-weight Qwen2.5-VL on screenshots of the built-in tasks, no warm start.
+# Values set in the config file or the environment win over these; `up`'s own options
+# win over both.
+_PROFILES: dict[str, dict] = {
+    "smollm2": {
+        "up": {"batch": 2, "n": 8, "max_steps": 3, "max_tokens": 24, "image_max_side": 448,
+               "in_flight": 1, "warm_steps": 2, "warm_episodes": 8, "pool": 24,
+               "families": ["echo_to_file", "make_folder", "rename_file", "delete_file",
+                            "append_line", "count_lines"]},
+        "rollout": {"observe": "compact", "prompt": "compact", "temperature": 0.6},
+        "train": {"lr": 2e-5, "kl_coef": 0.0},
+    },
+    "tiny": {
+        "up": {"batch": 2, "n": 4, "max_steps": 5, "max_tokens": 48, "image_max_side": 448,
+               "in_flight": 1, "warm_steps": 0, "warm_episodes": 8, "pool": 24,
+               "families": None},
+        "rollout": {},
+        "train": {},
+    },
 }  # fmt: skip
+
+
+def _profile(policy: str) -> dict:
+    """The defaults for a policy: smollm2's for SmolLM2 and model folders, tiny's for tiny."""
+    return _PROFILES["tiny" if policy == "tiny" else "smollm2"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,23 +63,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--desktops", type=integer(1), default=2, help="desktops run side by side (default 2)"
     )
-    p.add_argument("--policy", default="tiny", help="tiny | smollm2 | a model folder (tiny)")
-    p.add_argument("--batch", type=integer(1), default=_LAPTOP["batch"],
-                   help="B: tasks per batch and groups per trainer step (paper: 32)")  # fmt: skip
     p.add_argument(
-        "--n", type=integer(1), default=_LAPTOP["n"], help="rollouts per task (paper: 8)"
-    )
-    p.add_argument("--max-steps", type=integer(1), default=_LAPTOP["max_steps"],
+        "--policy", default="smollm2",
+        help="smollm2 (default: the run that learns) | tiny (a fast plumbing check) | a model "
+        "folder; the policy picks the defaults of the options below (see docs/learning.md)",
+    )  # fmt: skip
+    p.add_argument("--batch", type=integer(1), default=None,
+                   help="B: tasks per batch and groups per trainer step (paper: 32)")  # fmt: skip
+    p.add_argument("--n", type=integer(1), default=None, help="rollouts per task (paper: 8)")
+    p.add_argument("--max-steps", type=integer(1), default=None,
                    help="turn limit per rollout (paper: 50)")  # fmt: skip
-    p.add_argument("--max-tokens", type=integer(1), default=_LAPTOP["max_tokens"],
+    p.add_argument("--max-tokens", type=integer(1), default=None,
                    help="tokens generated per turn")  # fmt: skip
-    p.add_argument("--image-max-side", type=integer(SMALLEST_IMAGE), default=_LAPTOP["image_max_side"],
+    p.add_argument("--image-max-side", type=integer(SMALLEST_IMAGE), default=None,
                    help="screenshots shrunk to fit this many pixels (1280 in `rollout`)")  # fmt: skip
-    p.add_argument("--in-flight", type=integer(1), default=_LAPTOP["in_flight"],
+    p.add_argument("--in-flight", type=integer(1), default=None,
                    help="unfinished batches at most (1: a step's groups finish together on "
                    "few desktops; the next batch still plays while the trainer steps)")  # fmt: skip
     p.add_argument("--tasks", nargs="*", default=None,
-                   help="built-in task ids in the pool (default: all of them)")  # fmt: skip
+                   help="built-in task ids in the pool (tiny's default: all of them)")  # fmt: skip
+    p.add_argument("--families", nargs="*", default=None,
+                   help="the pool: train instances of these task families instead (smollm2's "
+                   "default: six terminal families)")  # fmt: skip
+    p.add_argument("--pool", type=integer(1), default=None,
+                   help="how many task-family instances in the pool (24)")  # fmt: skip
+    p.add_argument("--warm-steps", type=integer(0), default=None,
+                   help="SFT steps on scripted episodes before RL (smollm2: 2; tiny: 0)")  # fmt: skip
+    p.add_argument("--warm-episodes", type=integer(1), default=None,
+                   help="scripted episodes per warm-start step (8)")  # fmt: skip
     p.add_argument("--archive", default=None,
                    help="archive folder/URL (default $SCALECUA_HOME/archive)")  # fmt: skip
     p.add_argument("--checkpoints", default=None,
@@ -75,16 +110,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_up)
 
 
+def fill_profile(args: argparse.Namespace) -> dict:
+    """Fill `up`'s unset options from its policy's profile; return the profile."""
+    profile = _profile(args.policy)
+    for key, value in profile["up"].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+    return profile
+
+
 def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
     """Each service's effective settings (config file, environment), sized by `up`'s options."""
     from runtime.cli import build_parser
     from runtime.cli.settings import apply_config, command_defaults, config_path, load_config
 
+    profile = fill_profile(args)
+    builtin = build_parser()
     parser = build_parser()
     apply_config(parser, load_config(config_path(getattr(args, "config", None)), parser))
-    svc = {c: command_defaults(parser, c) for c in ("rollout", "judge", "segment", "sample",
-                                                    "train")}  # fmt: skip
-    svc["rollout"].policy = args.policy
+    commands = ("rollout", "judge", "segment", "sample", "train")
+    svc = {c: command_defaults(parser, c) for c in commands}
+    plain = {c: command_defaults(builtin, c) for c in commands}
+    for command in ("rollout", "train"):  # the profile where the file and environment are silent
+        for key, value in profile[command].items():
+            if getattr(svc[command], key) == getattr(plain[command], key):
+                setattr(svc[command], key, value)
+    svc["rollout"].policy = _policy_folder(args.policy, svc["rollout"])
     svc["rollout"].desktops = args.desktops
     svc["rollout"].max_tokens = args.max_tokens
     svc["rollout"].image_max_side = args.image_max_side
@@ -94,9 +145,22 @@ def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
     svc["sample"].in_flight = args.in_flight
     svc["sample"].judge_version = svc["judge"].judge_version
     svc["train"].batch_groups = args.batch
-    svc["train"].policy = args.policy
+    svc["train"].policy = svc["rollout"].policy
     svc["train"].judge_version = svc["judge"].judge_version
     return svc
+
+
+def _policy_folder(policy: str, rollout: argparse.Namespace) -> str:
+    """SmolLM2 as a folder whose card says how it is prompted and what it sees, so every
+    checkpoint of the run carries it (and `scalecua eval` plays them the same way)."""
+    if policy != "smollm2":
+        return policy
+    from runtime.policy.model import cache_dir, smollm2_policy
+    from runtime.warm_start import policy_with_card
+
+    prompt, observe = rollout.prompt or "compact", rollout.observe or "compact"
+    folder = cache_dir() / f"smollm2-{prompt}-{observe}"
+    return str(policy_with_card(smollm2_policy(), folder, prompt, observe))
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -119,11 +183,14 @@ def _up(args: argparse.Namespace) -> int:
                 root.removeHandler(handler)
         root.addHandler(ConsoleWarnings(console))
 
+    services = service_settings(args)
     config = UpConfig(
         iterations=args.iterations, desktops=args.desktops, tasks=args.tasks,
+        families=None if args.tasks else args.families, pool=args.pool,
+        warm_steps=0 if args.resume else args.warm_steps, warm_episodes=args.warm_episodes,
         archive=args.archive, checkpoints=args.checkpoints, bootstrap=args.bootstrap,
         resume=args.resume, dashboard_port=None if args.no_dashboard else args.dashboard_port,
-        services=service_settings(args),
+        services=services,
     )  # fmt: skip
     with ServiceLogs() as logs:
         return _run(run_up(config, console, logs))
