@@ -4,8 +4,8 @@ OSWorld compares sheets by loading both with pandas and calling `DataFrame.equal
 `round(precision)`. What that means, reproduced here without pandas:
 
 - cells: an empty cell is "", an error cell is NaN, a whole float is an int; trailing
-  empty cells of each row and trailing empty rows are dropped, rows padded to one width;
-  in a one-column sheet, empty lines are skipped;
+  empty cells of each row and trailing empty rows are dropped, rows padded to one width
+  (an empty row inside the table stays);
 - the first row is the header: its empty cells are named "Unnamed: <i>", repeated names
   get ".1", ".2" suffixes;
 - each column gets one type: the strings pandas reads as missing ("", "NA", "N/A",
@@ -69,10 +69,6 @@ def frame_from_rows(cells: list[list[Any]]) -> Frame:
         return Frame([], [], [])
     width = max(len(r) for r in rows)
     rows = [r + [""] * (width - len(r)) for r in rows]
-    if width == 1:  # pandas' parser skips empty lines, which only a one-value line can be
-        rows = [r for r in rows if not (isinstance(r[0], str) and not r[0].strip())]
-        if not rows:
-            return Frame([], [], [])
     header, body = rows[0], rows[1:]
     labels = _dedupe([f"Unnamed: {i}" if v == "" else v for i, v in enumerate(header)])
     kinds, columns = [], []

@@ -73,12 +73,12 @@ def test_sheet_data_reads_like_pandas(tmp_path):
     )
     assert compare_table(h, e, **_rule("sheet_data")) == 0.0
     assert compare_table(h, e, **_rule("sheet_data", ignore_case=True)) == 1.0
-    # a blank row inside a table is kept (only one-column sheets skip blank lines)
+    # a blank row inside a table is kept
     gap = _book(tmp_path / "gap.xlsx", {"Sheet1": [base[0], base[1], (None, None, None), base[2]]})
     assert compare_table(gap, e, **_rule("sheet_data")) == 0.0
     col1 = _book(tmp_path / "c1.xlsx", {"Sheet1": [("x",), (1,), (None,), (2,)]})
     col2 = _book(tmp_path / "c2.xlsx", {"Sheet1": [("x",), (1,), (2,)]})
-    assert compare_table(col1, col2, **_rule("sheet_data")) == 1.0
+    assert compare_table(col1, col2, **_rule("sheet_data")) == 0.0
 
 
 def test_sheet_indices_and_names(tmp_path):
