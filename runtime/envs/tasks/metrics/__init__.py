@@ -22,6 +22,7 @@ from runtime.envs.tasks.metrics.general import (
 )
 from runtime.envs.tasks.metrics.judge import sandboxed_judge
 from runtime.envs.tasks.metrics.table import compare_table
+from runtime.envs.tasks.metrics.table_files import METRICS as TABLE_FILE_METRICS
 
 __all__ = ["METRICS", "metric_names"]
 
@@ -39,6 +40,7 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_docx_files": compare_docx_files,
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
+    **TABLE_FILE_METRICS,
 }
 
 

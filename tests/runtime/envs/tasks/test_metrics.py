@@ -116,8 +116,9 @@ def test_compare_table_sheet_data_and_check_cell(tmp_path):
 
 
 def test_compare_table_precision_ignore_case_and_default_rules(tmp_path):
-    r = _xlsx(tmp_path / "r.xlsx", [["Total", 1.23456]])
-    e = _xlsx(tmp_path / "e.xlsx", [["total", 1.2349]])
+    # the first row names the columns (as pandas reads a sheet); precision is 4 by default
+    r = _xlsx(tmp_path / "r.xlsx", [["item", "value"], ["Total", 1.23456]])
+    e = _xlsx(tmp_path / "e.xlsx", [["item", "value"], ["total", 1.2349]])
     rule = {"type": "sheet_data", "sheet_idx0": "RI0", "sheet_idx1": "EI0"}
     assert METRICS["compare_table"](r, e, rules=[rule]) == 0.0
     assert METRICS["compare_table"](r, e, rules=[dict(rule, precision=2, ignore_case=True)]) == 1.0
