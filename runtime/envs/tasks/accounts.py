@@ -1,8 +1,8 @@
 """Task parts that need an online account: OSWorld's Google Drive steps and getter.
 
 They are known by name (a task using them is not "unknown"), and each fails with
-`AccountRequired` saying which account and why; `support.account_parts(task)` lists them
-up front so a coverage report can give the reason without running anything.
+`AccountRequired` saying which account and why; a coverage report can name the same
+reason up front from these two tables.
 """
 
 from __future__ import annotations

@@ -2,21 +2,19 @@
 
 OSWorld tasks name their setup steps, getters and metrics by string; a task that names one
 we do not implement would fail only when an episode reaches it. `unsupported_parts` finds
-those names up front, so an importer can flag (and skip) such tasks. `account_parts` names
-the known parts that cannot run without an online account (runtime.envs.tasks.accounts).
+those names up front, so an importer can flag (and skip) such tasks.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from runtime.envs.tasks.accounts import ACCOUNT_GETTERS, ACCOUNT_STEPS
 from runtime.envs.tasks.getters import GETTERS
 from runtime.envs.tasks.metrics import metric_names
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import SETUP_STEPS
 
-__all__ = ["account_parts", "unsupported_parts"]
+__all__ = ["unsupported_parts"]
 
 
 def unsupported_parts(task: Task) -> list[str]:
@@ -35,20 +33,6 @@ def unsupported_parts(task: Task) -> list[str]:
             if getter["type"] not in GETTERS:
                 missing.append(f"getter `{getter['type']}`")
     return list(dict.fromkeys(missing))  # each name once, in order of appearance
-
-
-def account_parts(task: Task) -> list[str]:
-    """Readable reasons for the task's setup steps and getters that need an online account."""
-    reasons: list[str] = []
-    for where, steps in (("config", task.config), ("postconfig", task.evaluator.postconfig)):
-        for step in steps:
-            if step["type"] in ACCOUNT_STEPS:
-                reasons.append(f"{where} step `{step['type']}` needs {ACCOUNT_STEPS[step['type']]}")
-    for spec in task.evaluator.results + task.evaluator.expecteds:
-        for getter in _getter_specs(spec):
-            if getter["type"] in ACCOUNT_GETTERS:
-                reasons.append(f"getter `{getter['type']}` needs {ACCOUNT_GETTERS[getter['type']]}")
-    return list(dict.fromkeys(reasons))
 
 
 def _getter_specs(spec: Any) -> list[dict[str, Any]]:

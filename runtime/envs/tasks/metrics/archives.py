@@ -1,5 +1,4 @@
-"""Archive metrics with OSWorld's names: zip and tar archives compared member by member,
-and EPUB books compared by their table of contents, package file and pages.
+"""Archive metrics with OSWorld's names: zip and tar archives compared member by member.
 
 Archives come from the agent (and tasks are untrusted), so they are unpacked with limits:
 no member outside the target folder, no links, at most `MAX_MEMBERS` members and
@@ -24,7 +23,6 @@ __all__ = [
     "MAX_MEMBERS",
     "METRICS",
     "compare_archive",
-    "compare_epub",
     "compare_zip_files",
     "unpack",
 ]
@@ -134,45 +132,7 @@ def _pdf_text(data: bytes) -> str:
     return "".join(page.extract_text() or "" for page in PdfReader(io.BytesIO(data)).pages)
 
 
-def _epub_parts(path: str) -> dict[str, list[str]]:
-    """An EPUB's comparable parts by member name: the table of contents without its
-    navigation points, the package file without identifiers, pages pretty-printed."""
-    import lxml.html
-
-    parts: dict[str, list[str]] = {}
-    with zipfile.ZipFile(path) as z:
-        infos = z.infolist()
-        _check_limits(len(infos), sum(i.file_size for i in infos))
-        for info in infos:
-            name = info.filename
-            if name.endswith("toc.ncx") or name.endswith(".opf"):
-                drop = "navPoint" if name.endswith(".ncx") else "dc:identifier"
-                lines = z.read(name).decode("utf-8", errors="replace").splitlines()
-                parts[name] = [line for line in lines if drop not in line]
-            elif name.endswith(".html"):
-                raw = z.read(name).decode("utf-8", errors="replace")
-                page = lxml.html.fromstring(raw.replace("\n", "").replace("\r", "") or "<p/>")
-                text = lxml.html.tostring(page, pretty_print=True, encoding="unicode")
-                parts[name] = text.splitlines()
-    return parts
-
-
-def compare_epub(result: str | None, expected: str | None) -> float:
-    """Product of line similarities of two EPUBs' parts (see _epub_parts); 0 when the
-    result is no EPUB or has other parts."""
-    if not result or not expected or not zipfile.is_zipfile(result):
-        return 0.0
-    got, want = _epub_parts(result), _epub_parts(expected)
-    if not want or sorted(got) != sorted(want):
-        return 0.0
-    score = 1.0
-    for name in sorted(want):
-        score *= difflib.SequenceMatcher(a=got[name], b=want[name]).ratio()
-    return score
-
-
 METRICS: dict[str, Any] = {
     "compare_archive": compare_archive,
     "compare_zip_files": compare_zip_files,
-    "compare_epub": compare_epub,
 }

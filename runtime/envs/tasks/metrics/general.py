@@ -28,7 +28,6 @@ from runtime.errors import TaskError
 __all__ = [
     "METRICS",
     "check_accessibility_tree",
-    "check_config_status",
     "check_csv",
     "check_direct_json_object",
     "check_include_exclude",
@@ -316,24 +315,6 @@ def fuzzy_place_math(result: str | None, rules: dict[str, Any]) -> float:
     return sum(max(fuzz.ratio(w, a) / 100.0 for a in answers) for w in words) / 3
 
 
-def check_config_status(result: str | None, rule: dict[str, Any]) -> float:
-    """1.0 when an S-expression config line (GIMP's `(key ... value)`) has the rule's
-    `key` (one name, or the first two words) and ends with its `value`."""
-    if result is None or not Path(result).is_file():
-        return 0.0
-    key = rule["key"]
-    keys = [key] if isinstance(key, str) else list(key)
-    if not 1 <= len(keys) <= 2:
-        raise TaskError("check_config_status: `key` is a name or a list of two names")
-    for line in _read_text(result).splitlines():
-        if not line.strip() or line.startswith("#"):
-            continue
-        words = line.strip().lstrip("(").rstrip(")").split()
-        if words[: len(keys)] == keys and words[-1] == rule["value"]:
-            return 1.0
-    return 0.0
-
-
 # -- accessibility tree and databases ----------------------------------------------------
 
 # Prefixes OSWorld's selectors use; the tree's own declarations win (OSWorld has used two
@@ -435,7 +416,6 @@ METRICS: dict[str, Any] = {
     "compare_result_files": compare_result_files,
     "compare_time_in_speedtest_results": compare_time_in_speedtest_results,
     "fuzzy_place_math": fuzzy_place_math,
-    "check_config_status": check_config_status,
     "check_accessibility_tree": check_accessibility_tree,
     "run_sqlite3": run_sqlite3,
 }

@@ -1,5 +1,5 @@
-"""Archive metrics: zip and tar archives member by member, EPUB books, and the limits
-an agent's archive is unpacked within."""
+"""Archive metrics: zip and tar archives member by member, and the limits an agent's
+archive is unpacked within."""
 
 from __future__ import annotations
 
@@ -100,26 +100,3 @@ def test_unpack_refuses_members_outside_and_oversized_archives(tmp_path, monkeyp
     monkeypatch.setattr("runtime.envs.tasks.metrics.archives.MAX_BYTES", 10)
     with pytest.raises(ValueError, match="too large"):
         unpack(_zip(tmp_path / "big.zip", {"big": b"x" * 11}), tmp_path / "out3")
-
-
-def _epub(path, chapter: str, identifier: str) -> str:
-    return _zip(
-        path,
-        {
-            "mimetype": b"application/epub+zip",
-            "toc.ncx": b"<ncx>\n<navPoint id='n1'>\n<text>Ch</text>\n</ncx>\n",
-            "content.opf": f"<package>\n<dc:identifier>{identifier}</dc:identifier>\n"
-            "<dc:title>Book</dc:title>\n</package>\n".encode(),
-            "index_split_000.html": f"<html><body>\n<p>{chapter}</p>\n</body></html>".encode(),
-        },
-    )
-
-
-def test_compare_epub(tmp_path):
-    m = METRICS["compare_epub"]
-    gold = _epub(tmp_path / "gold.epub", "Chapter one text", "uuid-1")
-    # Identifiers differ between two conversions of the same book: not compared.
-    assert m(_epub(tmp_path / "same.epub", "Chapter one text", "uuid-2"), gold) == 1.0
-    assert m(_epub(tmp_path / "other.epub", "Something else", "uuid-1"), gold) < 1.0
-    (tmp_path / "x.epub").write_text("not a book")
-    assert m(str(tmp_path / "x.epub"), gold) == 0.0

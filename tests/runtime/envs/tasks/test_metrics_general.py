@@ -117,24 +117,6 @@ def test_fuzzy_place_math(tmp_path):
     assert METRICS["fuzzy_place_math"](path, rules) == 0.0  # OSWorld wants exactly three
 
 
-def test_check_config_status(tmp_path):
-    sessionrc = _file(
-        tmp_path,
-        "sessionrc",
-        '# GIMP sessionrc\n(session-info "toplevel")\n(hide-docks no)\n'
-        "(single-window-mode yes)\n(show-tabs yes)\n",
-    )
-    m = METRICS["check_config_status"]
-    assert m(sessionrc, {"key": "single-window-mode", "value": "yes"}) == 1.0
-    assert m(sessionrc, {"key": "hide-docks", "value": "yes"}) == 0.0
-    history = _file(tmp_path, "history", '(history-item "filters-vignette" 1)\n')
-    assert m(history, {"key": ["history-item", '"filters-vignette"'], "value": "1"}) == 1.0
-    assert m(history, {"key": ["history-item", '"filters-blur"'], "value": "1"}) == 0.0
-    gimprc = _file(tmp_path, "gimprc", '(theme "Light")\n(undo-levels 100)\n')
-    assert m(gimprc, {"key": "undo-levels", "value": "100"}) == 1.0
-    assert m(gimprc, {"key": "theme", "value": '"Dark"'}) == 0.0
-
-
 # What the desktop's accessibility dump writes (runtime/envs/desktop/a11y_dump.py).
 _NS = "https://accessibility.ubuntu.example.org/ns/"
 _TREE = f"""<desktop-frame xmlns:st="{_NS}state" xmlns:attr="{_NS}attributes"
