@@ -11,6 +11,8 @@ keys and typing an agent could send), from one setup:
   profile tarball the task downloads is built here in OSWorld's layout (an Outlook IMAP
   account and Local Folders), started offline, with DNS off and proxies on a dead
   loopback port, so Thunderbird never reaches the network.
+- thunderbird 6766f2b8: a signature typed into Account Settings, read back from prefs.js
+  (`check_thunderbird_prefs`).
 - multi_apps 7f35355e: the median of a price column of a workbook open in Calc, written to
   result.txt by a command typed into a terminal (`compare_result_files`).
 - os 23393935: copy every .jpg of a folder tree with a command typed into a terminal
@@ -268,6 +270,23 @@ async def test_thunderbird_local_folders_task(task_desktop, tmp_path):
         assert "UNIVERSITY.msf" in home["output"], home
         manifest = await collect(ctl, task, played, store)
     assert (await score_collected(manifest, store)).score == 1.0
+
+
+async def test_thunderbird_signature_task(task_desktop, tmp_path):
+    domain, task_id = "thunderbird", "6766f2b8-8a72-417f-a9e5-56fcaa735837"
+    (profile_url,) = _urls(domain, task_id)
+    task = _seeded(domain, task_id, {profile_url: thunderbird_profile()}, tmp_path)
+    steps = [
+        _window("Mozilla Thunderbird"),
+        [_wait(1.5), _click(1175, 75)],  # Account Settings
+        _window("Account Settings", timeout=20),
+        # The signature box, the signature, and closing the tab (which saves the settings).
+        [_wait(1.0), _click(746, 600), {"action": "type", "text": "Anonym\nXYZ Lab"}],
+        [{"action": "key", "text": "ctrl+w"}, _wait(1.5)],
+    ]
+    untouched, solved, (_, evaluation) = await _solve(task_desktop, task, steps)
+    assert untouched == 0.0
+    assert solved == 1.0, evaluation
 
 
 # -- multi_apps -------------------------------------------------------------------------
