@@ -14,6 +14,7 @@ ScaleCUAError
 ├── BlobCorrupt            a stored blob's bytes do not match its sha256
 ├── DesktopError           a desktop failed to start, respond or act
 ├── TaskError              a task file is malformed or its setup failed
+│   └── AccountRequired    a task part needs an online account this machine does not have
 └── PolicyError            a model, tokenizer or engine failed
 """
 
@@ -74,6 +75,10 @@ class DesktopError(ScaleCUAError):
 
 class TaskError(ScaleCUAError):
     """A task file is malformed or its setup failed."""
+
+
+class AccountRequired(TaskError):
+    """A task's setup step or getter needs an online account (Google Drive, a login)."""
 
 
 class PolicyError(ScaleCUAError):

@@ -80,12 +80,13 @@ async def collect(
         manifest["decided"] = {"score": decided.score, "reason": decided.reason}
         return manifest
     ev = task.evaluator
-    await run_steps(controller, ev.postconfig, task.base_dir)
     with tempfile.TemporaryDirectory(prefix="scalecua-collect-") as tmp:
+        outputs = Path(tmp) / "postconfig"  # the steps' stdout/stderr files
+        await run_steps(controller, ev.postconfig, task.base_dir, outputs)
         for i, name in enumerate(ev.funcs):
             cache = Path(tmp) / str(i)  # one folder per func: dest names may repeat
             cache.mkdir()
-            ctx = EvalContext(controller, cache, task.base_dir, actions)
+            ctx = EvalContext(controller, cache, task.base_dir, actions, outputs)
             entry: dict[str, Any] = {
                 "func": name,
                 "has_expected": ev.expecteds[i] is not None,
@@ -99,7 +100,7 @@ async def collect(
             except Exception as exc:  # a getter choking on the agent's output scores 0
                 entry["error"] = f"{type(exc).__name__}: {exc}"
                 result = expected = None
-            roots = [cache] + ([task.base_dir] if task.base_dir else [])
+            roots = [cache, outputs] + ([task.base_dir] if task.base_dir else [])
             entry["result"] = await _store_files(result, roots, store)
             entry["expected"] = await _store_files(expected, roots, store)
             manifest["funcs"].append(entry)

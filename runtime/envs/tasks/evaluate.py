@@ -102,9 +102,10 @@ async def evaluate(
     decided = decided_by_actions(task, actions)
     if decided is not None:
         return decided
-    await run_steps(controller, ev.postconfig, task.base_dir)
     with tempfile.TemporaryDirectory(prefix="scalecua-eval-") as tmp:
-        ctx = EvalContext(controller, Path(cache_dir or tmp), task.base_dir, actions)
+        outputs = Path(tmp) / "postconfig"
+        await run_steps(controller, ev.postconfig, task.base_dir, outputs)
+        ctx = EvalContext(controller, Path(cache_dir or tmp), task.base_dir, actions, outputs)
         ctx.cache_dir.mkdir(parents=True, exist_ok=True)
 
         async def one(i: int) -> FuncScore:

@@ -61,8 +61,10 @@ async def get_cloud_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
 
 
 async def get_cache_file(ctx: EvalContext, config: dict[str, Any]) -> str:
-    """A file already in the cache folder, or else bundled beside the task file."""
-    return await asyncio.to_thread(_cached, config["path"], [ctx.cache_dir, ctx.base_dir])
+    """A file already in the cache folder (a postconfig step's output among them), or else
+    bundled beside the task file."""
+    roots = [ctx.cache_dir, ctx.step_outputs, ctx.base_dir]
+    return await asyncio.to_thread(_cached, config["path"], roots)
 
 
 def _cached(name: str, roots: list[Path | None]) -> FetchedFile:

@@ -21,6 +21,7 @@ class EvalContext:
     cache_dir: Path  # host folder where fetched files land, one per evaluation
     base_dir: Path | None = None  # the task file's folder, for bundled expected files
     actions: list[dict[str, Any]] = field(default_factory=list)  # actions played, in order
+    step_outputs: Path | None = None  # where postconfig steps wrote their stdout/stderr files
 
 
 Getter = Callable[[EvalContext, dict[str, Any]], Awaitable[Any]]

@@ -13,15 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.model import Task
-from runtime.envs.tasks.setup import basic
+from runtime.envs.tasks.setup import accounts, basic
 from runtime.envs.tasks.setup.sources import CLIENT_PASSWORD, DESKTOP_HOME, fetch_source
-from runtime.envs.tasks.setup.step import Step
+from runtime.envs.tasks.setup.step import STEP_OUTPUTS, Step
 from runtime.errors import TaskError
 
 __all__ = [
     "CLIENT_PASSWORD",
     "DESKTOP_HOME",
     "SETUP_STEPS",
+    "STEP_OUTPUTS",
     "Step",
     "fetch_source",
     "run_setup",
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 SETUP_STEPS: dict[str, Step] = {
     **basic.STEPS,
+    **accounts.STEPS,
 }
 
 
@@ -42,15 +44,28 @@ async def run_setup(controller: Any, task: Task | dict[str, Any]) -> None:
     await run_steps(controller, task.config, task.base_dir)
 
 
-async def run_steps(controller: Any, steps: list[dict[str, Any]], base_dir: Path | None) -> None:
-    """Run OSWorld setup steps in order; unknown step types raise TaskError."""
-    for i, step in enumerate(steps):
-        kind = step.get("type")
-        handler = SETUP_STEPS.get(kind)  # type: ignore[arg-type]
-        if handler is None:
-            raise TaskError(f"setup step {i}: unsupported type {kind!r}")
-        log.debug("setup step %d: %s", i, kind)
-        try:
-            await handler(controller, step.get("parameters") or {}, base_dir)
-        except KeyError as exc:
-            raise TaskError(f"setup step {i} ({kind}): missing parameter {exc}") from exc
+async def run_steps(
+    controller: Any,
+    steps: list[dict[str, Any]],
+    base_dir: Path | None,
+    outputs: Path | None = None,
+) -> None:
+    """Run OSWorld setup steps in order; unknown step types raise TaskError.
+
+    `outputs` is the folder for the `stdout`/`stderr` files steps ask for (an
+    evaluation's postconfig passes the folder its `cache_file` getters read).
+    """
+    token = STEP_OUTPUTS.set(outputs)
+    try:
+        for i, step in enumerate(steps):
+            kind = step.get("type")
+            handler = SETUP_STEPS.get(kind)  # type: ignore[arg-type]
+            if handler is None:
+                raise TaskError(f"setup step {i}: unsupported type {kind!r}")
+            log.debug("setup step %d: %s", i, kind)
+            try:
+                await handler(controller, step.get("parameters") or {}, base_dir)
+            except KeyError as exc:
+                raise TaskError(f"setup step {i} ({kind}): missing parameter {exc}") from exc
+    finally:
+        STEP_OUTPUTS.reset(token)

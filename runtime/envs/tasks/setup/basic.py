@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.setup.sources import CLIENT_PASSWORD, fetch_source
-from runtime.envs.tasks.setup.step import Step
+from runtime.envs.tasks.setup.step import STEP_OUTPUTS, Step
 from runtime.errors import TaskError
 
 __all__ = ["STEPS"]
@@ -68,6 +68,23 @@ async def _launch(controller: Any, params: dict[str, Any], base_dir: Path | None
 async def _execute(controller: Any, params: dict[str, Any], base_dir: Path | None) -> None:
     result = await controller.execute(_command(params), shell=bool(params.get("shell", False)))
     log.debug("setup execute -> %s", result)
+    for key, field in (("stdout", "output"), ("stderr", "error")):
+        if params.get(key):
+            await asyncio.to_thread(_keep_output, str(params[key]), result.get(field) or "")
+
+
+def _keep_output(name: str, text: str) -> None:
+    """Write a step's output as file `name` of the step outputs folder (OSWorld's cache)."""
+    folder = STEP_OUTPUTS.get()
+    if folder is None:
+        log.warning("setup step output %r dropped: outputs are kept only after an episode", name)
+        return
+    base = Path(name).name  # a file name, never a path out of the folder
+    if base in ("", ".", ".."):
+        raise TaskError(f"a step's output file needs a file name, got {name!r}")
+    target = folder / base
+    folder.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
 
 
 async def _sleep(controller: Any, params: dict[str, Any], base_dir: Path | None) -> None:
