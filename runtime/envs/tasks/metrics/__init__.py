@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runtime.envs.tasks.metrics import audio, gimp, images, vlc
 from runtime.envs.tasks.metrics.docs import compare_docx_files, compare_text_file
 from runtime.envs.tasks.metrics.general import (
     check_include_exclude,
@@ -39,6 +40,10 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_docx_files": compare_docx_files,
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
+    **images.METRICS,
+    **gimp.METRICS,
+    **vlc.METRICS,
+    **audio.METRICS,
 }
 
 
