@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
-from runtime.envs.tasks.getters import accounts, basic, info, rules, vscode
+from runtime.envs.tasks.getters import accounts, basic, gimp, info, rules, vlc, vscode
 from runtime.envs.tasks.getters.basic import terminal_text
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter
 from runtime.errors import TaskError
@@ -33,6 +33,8 @@ GETTERS: dict[str, Getter] = {
     **rules.GETTERS,
     **vscode.GETTERS,
     **accounts.GETTERS,
+    **gimp.GETTERS,
+    **vlc.GETTERS,
 }
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter, dest_path
 from runtime.envs.tasks.setup import DESKTOP_HOME
@@ -53,8 +54,9 @@ async def get_vm_wallpaper(ctx: EvalContext, config: dict[str, Any]) -> FetchedF
     run = await ctx.controller.execute(
         ["gsettings", "get", "org.gnome.desktop.background", "picture-uri"]
     )
-    uri = (run.get("output") or "").strip().strip("'")
-    path = uri[len("file://") :] if uri.startswith("file://") else uri
+    uri = (run.get("output") or "").strip().strip("'\"")
+    # GNOME stores the URI percent-encoded (a space is %20).
+    path = unquote(urlparse(uri).path) if uri.startswith("file:") else uri
     if run.get("returncode") != 0 or not path.startswith("/"):
         return None
     data = await ctx.controller.get_file(path)

@@ -8,7 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.envs.tasks.metrics import archives, basic_os, general, thunderbird, vscode
+from runtime.envs.tasks.metrics import (
+    archives,
+    audio,
+    basic_os,
+    general,
+    gimp,
+    images,
+    thunderbird,
+    vlc,
+    vscode,
+)
 from runtime.envs.tasks.metrics.docs import compare_docx_files, compare_text_file
 from runtime.envs.tasks.metrics.judge import sandboxed_judge
 from runtime.envs.tasks.metrics.table import compare_table
@@ -27,6 +37,10 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
     **TABLE_FILE_METRICS,
+    **images.METRICS,
+    **gimp.METRICS,
+    **vlc.METRICS,
+    **audio.METRICS,
 }
 
 
