@@ -14,6 +14,8 @@ ScaleCUAError
 ├── BlobCorrupt            a stored blob's bytes do not match its sha256
 ├── DesktopError           a desktop failed to start, respond or act
 ├── TaskError              a task file is malformed or its setup failed
+│   ├── FileNotCached      a file a task names is not in the file cache and may not be fetched
+│   └── FetchError         a URL could not be fetched (status, size limit, network, refused host)
 └── PolicyError            a model, tokenizer or engine failed
 """
 
@@ -74,6 +76,14 @@ class DesktopError(ScaleCUAError):
 
 class TaskError(ScaleCUAError):
     """A task file is malformed or its setup failed."""
+
+
+class FileNotCached(TaskError):
+    """A file a task names by URL is not in the file cache, and fetching it is not allowed."""
+
+
+class FetchError(TaskError):
+    """A URL could not be fetched: an HTTP error, the size limit, the network, a refused host."""
 
 
 class PolicyError(ScaleCUAError):

@@ -1,4 +1,5 @@
-"""`scalecua` subcommands for the task area: the built-in pool, task families, one task."""
+"""`scalecua` subcommands for the task area: the built-in pool, task families, one task;
+a benchmark's files and coverage (runtime/cli/files_commands.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.cli import files_commands
 from runtime.cli.settings import integer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the task subcommands to the `scalecua` parser."""
-    tasks = subparsers.add_parser("tasks", help="the built-in task pool and task families")
+    tasks = subparsers.add_parser(
+        "tasks",
+        help="the built-in task pool, task families, import, a benchmark's files and coverage",
+    )
     tasks_sub = tasks.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     listing = tasks_sub.add_parser("list", help="print the built-in task ids, one per line")
     listing.set_defaults(func=_tasks_list)
@@ -68,6 +73,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
     )
     gen.set_defaults(func=_tasks_generate)
+    files_commands.register(tasks_sub)
     tasks.set_defaults(func=_help(tasks))
 
     task = subparsers.add_parser("task", help="run one task on a fresh desktop")
