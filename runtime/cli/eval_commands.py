@@ -93,6 +93,7 @@ def _eval(args: argparse.Namespace) -> int:
     events, family_of, held = _tasks(args)
     if not events:
         raise ConfigError("no tasks to evaluate")
+    ids = {e.task_id: e.task.get("id") for e in events}
     config = EvalConfig(
         policy=args.policy, desktops=args.desktops, max_steps=args.max_steps,
         max_tokens=args.max_tokens, observe=args.observe, samples=args.samples,
@@ -111,6 +112,7 @@ def _eval(args: argparse.Namespace) -> int:
             "outcomes": [
                 {
                     "task_id": o.task_id,
+                    "id": ids.get(o.task_id, o.task_id),  # the task JSON's own id
                     "family": o.family,
                     "score": o.score,
                     "sample": o.sample,

@@ -35,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     imp.add_argument("paths", nargs="*", type=Path, help="task files or folders (recursive)")
     imp.add_argument("--builtin", action="store_true", help="import the built-in pool")
+    imp.add_argument("--index", type=Path, default=None,
+                     help="with one folder: only the tasks an OSWorld index lists "
+                     "(test_all.json: <folder>/<domain>/<id>.json)")  # fmt: skip
     imp.add_argument("--split", choices=("train", "heldout", "benchmark"), default="train",
                      help="benchmark tasks are kept out of training (default: train)")  # fmt: skip
     imp.add_argument(
@@ -118,15 +121,23 @@ def _tasks_import(args: argparse.Namespace) -> int:
     from producers.task_import import (
         builtin_task_events,
         file_task_events,
+        indexed_task_events,
         publish_tasks,
         split_supported,
     )
     from runtime.config import BusSettings
+    from runtime.errors import SettingError
 
     if not args.paths and not args.builtin:
         print("scalecua: error: give task files/folders or --builtin", file=sys.stderr)
         return 2
-    events = file_task_events(args.paths, source=args.source, split=args.split)
+    if args.index is not None:
+        if len(args.paths) != 1:
+            raise SettingError(f"[tasks import] index = {args.index}: give one folder with it")
+        events = indexed_task_events(args.paths[0], args.index, source=args.source,
+                                     split=args.split)  # fmt: skip
+    else:
+        events = file_task_events(args.paths, source=args.source, split=args.split)
     if args.builtin:
         events += builtin_task_events(args.split)
     supported, flagged = split_supported(events)
