@@ -45,7 +45,7 @@ from consumers.rollout.observation import IMAGE_MODES, OBSERVE_MODES
 from consumers.rollout.players import Player
 from runtime.blobstore import BlobStore
 from runtime.bus import EventConsumer, Record
-from runtime.config import BusSettings
+from runtime.config import BusSettings, file_fetch_mode
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, load_builtin, reference_solution
 from runtime.envs.tasks.catalog import keys_with_id
@@ -374,6 +374,7 @@ async def rollout_service(
         )
     if config.episode.observe not in OBSERVE_MODES:
         raise ConfigError(f"unknown observe mode {config.episode.observe!r}: {OBSERVE_MODES}")
+    file_fetch_mode()  # a bad $SCALECUA_FILES_FETCH stops the worker before any setup needs it
     tasks = await TopicTable(settings, "tasks").start()
     try:
         async with DesktopPool(config.desktops) as pool:

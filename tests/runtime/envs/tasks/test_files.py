@@ -213,3 +213,15 @@ def test_files_commands_fill_resume_and_seed(tmp_path: Path) -> None:
     assert FileCache(env["SCALECUA_FILES"]).get(DRIVE.format("poster")) == b"RIFF....WEBP"
     refused = _files("add", "ftp://example.com/x", str(seed), env=env)
     assert refused.returncode == 2 and "expected an http(s) URL" in refused.stderr
+
+
+def test_a_fetch_mode_the_setting_does_not_take_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "t.json").write_text(json.dumps(_task("t", [DRIVE.format("x")])))
+    env = {
+        **os.environ,
+        "SCALECUA_FILES": str(tmp_path / "cache"),
+        "SCALECUA_FILES_FETCH": "always",
+    }
+    run = _files("fetch", str(tmp_path), env=env)
+    assert run.returncode == 2 and run.stdout == "", run.stderr
+    assert "$SCALECUA_FILES_FETCH = always: choose one of on, loopback, off" in run.stderr
