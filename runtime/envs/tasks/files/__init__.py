@@ -15,7 +15,7 @@
 """
 
 from runtime.envs.tasks.files.cache import CachedFile, FileCache, open_file_cache
-from runtime.envs.tasks.files.fetch import Fetched, FetchLimits, fetch_url
+from runtime.envs.tasks.files.fetch import Fetched, Fetcher, FetchLimits, fetch_url
 from runtime.envs.tasks.files.serve import url_bytes
 from runtime.envs.tasks.files.urls import FileRef, is_web_url, task_files
 
@@ -23,6 +23,7 @@ __all__ = [
     "CachedFile",
     "FetchLimits",
     "Fetched",
+    "Fetcher",
     "FileCache",
     "FileRef",
     "fetch_url",

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from runtime.envs.tasks.catalog import TaskFile
 from runtime.envs.tasks.files.cache import FileCache
-from runtime.envs.tasks.files.fetch import FetchLimits, fetch_url
+from runtime.envs.tasks.files.fetch import Fetcher, FetchLimits
 from runtime.envs.tasks.files.urls import task_files
 from runtime.errors import FetchError
 
@@ -80,7 +80,7 @@ async def fill_cache(
     async def one(url: str) -> None:
         async with gate:
             try:
-                fetched = await fetch_url(url, limits, mode)
+                fetched = await fetcher.fetch(url)
                 await cache.aput(url, fetched.data, how="fetched", final_url=fetched.final_url)
             except FetchError as exc:
                 report.failed[url] = str(exc)
@@ -97,5 +97,6 @@ async def fill_cache(
         for url in urls:
             if url not in pending:
                 on_done(url, 0, "")
-    await asyncio.gather(*(one(u) for u in todo))
+    async with Fetcher(limits, mode) as fetcher:  # one client: connections and TLS reused
+        await asyncio.gather(*(one(u) for u in todo))
     return report
