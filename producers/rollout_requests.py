@@ -11,10 +11,12 @@ import uuid
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
 from runtime.envs.tasks.builtin import builtin_ids
+from runtime.envs.tasks.catalog import keys_with_id
+from runtime.errors import TaskError
 from runtime.tables import TopicTable
-from topics.events import RolloutRequest
+from topics.events import RolloutRequest, TaskEvent
 
-__all__ = ["request_group", "publish_requests", "task_source"]
+__all__ = ["find_task_key", "request_group", "publish_requests"]
 
 
 def request_group(
@@ -49,16 +51,25 @@ async def publish_requests(settings: BusSettings, requests: list[RolloutRequest]
     return len(requests)
 
 
-async def task_source(settings: BusSettings, task_id: str) -> str | None:
-    """Where a rollout worker finds this task: "builtin", "topic" (`tasks`), or None (nowhere).
-
-    The worker plays a task from the `tasks` topic (imported, generated, VeriGen) and else from
-    the built-in pool, so a task that is only on the topic is as playable as a built-in one.
-    """
-    if task_id in builtin_ids():
-        return "builtin"
+async def find_task_key(settings: BusSettings, ref: str) -> str:
+    """The key a rollout worker plays `ref` as: a key of `tasks`, a built-in id, or the JSON id
+    of exactly one task on `tasks`; TaskError when there is none, or several to choose from."""
+    if ref in builtin_ids():
+        return ref
     tasks = await TopicTable(settings, "tasks").start()
     try:
-        return "topic" if tasks.get(task_id) is not None else None
+        if tasks.get(ref) is not None:
+            return ref
+        rows = ((e.task_id, e.task) for e in tasks.values() if isinstance(e, TaskEvent))
+        keys = keys_with_id(rows, ref)
     finally:
         await tasks.stop()
+    if len(keys) == 1:
+        return keys[0]
+    if keys:
+        raise TaskError(f"{len(keys)} tasks on `tasks` have the id {ref}: name one by its key "
+                        f"({', '.join(keys)})")  # fmt: skip
+    raise TaskError(
+        f"no such task {ref} (not built in, see `scalecua tasks list`; not a key or id on the "
+        "`tasks` topic, see `scalecua tasks import`)"
+    )

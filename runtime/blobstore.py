@@ -50,11 +50,18 @@ class BlobStore(ABC):
 
     url: str
 
-    def put(self, data: bytes) -> str:
-        """Store bytes (unless an intact copy exists) and return their reference."""
+    def put(self, data: bytes, *, repair: bool = False) -> str:
+        """Store bytes (unless an intact copy exists) and return their reference.
+
+        A stored copy of the right size counts as intact; with `repair` it is re-read and
+        rewritten if its bytes no longer match their hash.
+        """
         ref = blob_ref(data)
-        key = self._key(_digest(ref))
+        digest = _digest(ref)
+        key = self._key(digest)
         if self._stored_size(key) != len(data):  # missing, or a truncated leftover
+            self._write(key, data)
+        elif repair and hashlib.sha256(self._read(key)).hexdigest() != digest:
             self._write(key, data)
         return ref
 

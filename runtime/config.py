@@ -7,6 +7,10 @@ at another broker or blob store:
                          embedded broker that `scalecua broker` writes to its state file
     SCALECUA_HOME        working folder for state, blobs and archives (default ./var)
     SCALECUA_BLOBS       blob store URL: a folder or s3://bucket/prefix (default $HOME/blobs)
+    SCALECUA_FILES       the file cache tasks' URLs are served from: a folder or s3://bucket/prefix
+                         (default $HOME/files)
+    SCALECUA_FILES_FETCH which URLs a task's setup may fetch when they are not cached:
+                         on (any http(s) URL; default), loopback (127.0.0.1 only), off (none)
     SCALECUA_PRODUCER_ID name this process writes into every event's envelope
 """
 
@@ -18,9 +22,20 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runtime.errors import ConfigError
+from runtime.errors import ConfigError, SettingError
 
-__all__ = ["BusSettings", "blob_store_url", "home_dir", "resolve_bootstrap", "producer_id"]
+__all__ = [
+    "BusSettings",
+    "FETCH_MODES",
+    "blob_store_url",
+    "file_cache_url",
+    "file_fetch_mode",
+    "home_dir",
+    "resolve_bootstrap",
+    "producer_id",
+]
+
+FETCH_MODES = ("on", "loopback", "off")  # SCALECUA_FILES_FETCH: which URLs setup may fetch
 
 
 def home_dir() -> Path:
@@ -38,6 +53,21 @@ def broker_state_file() -> Path:
 def blob_store_url() -> str:
     """Return the blob store URL: $SCALECUA_BLOBS, else the `blobs` folder in home_dir()."""
     return os.environ.get("SCALECUA_BLOBS") or str(home_dir() / "blobs")
+
+
+def file_cache_url() -> str:
+    """Return the file cache URL: $SCALECUA_FILES, else the `files` folder in home_dir()."""
+    return os.environ.get("SCALECUA_FILES") or str(home_dir() / "files")
+
+
+def file_fetch_mode() -> str:
+    """Return which URLs a task's setup may fetch: $SCALECUA_FILES_FETCH, default "on"."""
+    mode = os.environ.get("SCALECUA_FILES_FETCH") or "on"
+    if mode not in FETCH_MODES:
+        raise SettingError(
+            f"$SCALECUA_FILES_FETCH = {mode}: choose one of {', '.join(FETCH_MODES)}"
+        )
+    return mode
 
 
 def resolve_bootstrap(explicit: str | None = None) -> str:

@@ -14,7 +14,9 @@ ScaleCUAError
 ├── BlobCorrupt            a stored blob's bytes do not match its sha256
 ├── DesktopError           a desktop failed to start, respond or act
 ├── TaskError              a task file is malformed or its setup failed
-│   └── AccountRequired    a task part needs an online account this machine does not have
+│   ├── AccountRequired    a task part needs an online account this machine does not have
+│   ├── FileNotCached      a file a task names is not in the file cache and may not be fetched
+│   └── FetchError         a URL could not be fetched (status, size limit, network, refused host)
 └── PolicyError            a model, tokenizer or engine failed
 """
 
@@ -79,6 +81,14 @@ class TaskError(ScaleCUAError):
 
 class AccountRequired(TaskError):
     """A task's setup step or getter needs an online account (Google Drive, a login)."""
+
+
+class FileNotCached(TaskError):
+    """A file a task names by URL is not in the file cache, and fetching it is not allowed."""
+
+
+class FetchError(TaskError):
+    """A URL could not be fetched: an HTTP error, the size limit, the network, a refused host."""
 
 
 class PolicyError(ScaleCUAError):

@@ -19,10 +19,13 @@ from tests.vllm_server import VLLM_PYTHON, SharedServer
 
 @pytest.fixture(autouse=True, scope="session")
 def _scalecua_home(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Keep state files and blobs of the test session out of the working tree."""
+    """Keep state files, blobs and the file cache of the test session out of the working tree,
+    and let a task's setup fetch only loopback URLs (tests never reach beyond 127.0.0.1)."""
     home = tmp_path_factory.mktemp("scalecua-home")
     os.environ["SCALECUA_HOME"] = str(home)
+    os.environ["SCALECUA_FILES_FETCH"] = "loopback"
     os.environ.pop("SCALECUA_BOOTSTRAP", None)
+    os.environ.pop("SCALECUA_FILES", None)
 
 
 @pytest.fixture

@@ -45,9 +45,10 @@ from consumers.rollout.observation import IMAGE_MODES, OBSERVE_MODES
 from consumers.rollout.players import Player
 from runtime.blobstore import BlobStore
 from runtime.bus import EventConsumer, Record
-from runtime.config import BusSettings
+from runtime.config import BusSettings, file_fetch_mode
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, load_builtin, reference_solution
+from runtime.envs.tasks.catalog import keys_with_id
 from runtime.envs.tasks.model import Task
 from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageError
 from runtime.jobs import Job, JobBoard
@@ -77,9 +78,17 @@ class RolloutConfig:
 def resolve_task(
     task_id: str, tasks: TopicTable | None
 ) -> tuple[Task, list[dict[str, Any]] | None] | None:
-    """Return a task (from `tasks`, else the built-in pool) and its reference solution, if any."""
+    """Return a task (from `tasks`, else the built-in pool) and its reference solution, if any.
+
+    `task_id` is a key of `tasks` (an imported OSWorld task's is `<domain>/<id>`), a built-in
+    id, or the JSON `id` of exactly one task on `tasks` (an id two tasks share finds none).
+    """
     event = tasks.get(task_id) if tasks is not None else None
     builtin = task_id in _BUILTIN
+    if event is None and not builtin and tasks is not None:
+        keys = keys_with_id(((e.task_id, e.task) for e in tasks.values()
+                             if isinstance(e, TaskEvent)), task_id)  # fmt: skip
+        event = tasks.get(keys[0]) if len(keys) == 1 else None
     if isinstance(event, TaskEvent):
         base_dir = POOL_DIR if event.source == "builtin" and builtin else None
         task = Task.from_dict(event.task, base_dir=base_dir, where=task_id)
@@ -365,6 +374,7 @@ async def rollout_service(
         )
     if config.episode.observe not in OBSERVE_MODES:
         raise ConfigError(f"unknown observe mode {config.episode.observe!r}: {OBSERVE_MODES}")
+    file_fetch_mode()  # a bad $SCALECUA_FILES_FETCH stops the worker before any setup needs it
     tasks = await TopicTable(settings, "tasks").start()
     try:
         async with DesktopPool(config.desktops) as pool:

@@ -23,7 +23,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "and the judge on a log of its own (an embedded broker: evaluation episodes never reach a training run's segmenter or trainer), and print one "
             "JSON document: the pass rate, its Wilson 95%% interval, and per-family rates. "
             "Tasks are generated instances of the task families (--split) or a folder of "
-            "OSWorld task JSON (--tasks). With --samples N and a --temperature, each task is "
+            "OSWorld task JSON (--tasks; with --index, OSWorld's benchmark: its runnable tasks, "
+            "and a per-domain table on stderr). With --samples N and a --temperature, each task is "
             "played N times as one group, and pass@k (k = 1, 2, 4, ... N) is reported too."
         ),
     )
@@ -31,6 +32,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--split", choices=("heldout", "train"), help="task-family instances")
     source.add_argument("--tasks", type=Path, help="a folder (or file) of OSWorld task JSON")
+    p.add_argument(
+        "--index", type=Path, default=None,
+        help="with --tasks DIR: an OSWorld index (test_all.json) of DIR/<domain>/<id>.json; "
+        "plays the tasks runnable here (`scalecua tasks coverage`) and prints OSWorld's "
+        "per-domain table",
+    )  # fmt: skip
     p.add_argument("--n", type=integer(1), default=60, help="--split: instances (default 60)")
     p.add_argument("--families", nargs="*", default=None, help="--split: only these families")
     p.add_argument(
@@ -81,18 +88,52 @@ def _tasks(args: argparse.Namespace) -> tuple[list, object, list[str]]:
     return events, families.family_of, list(families.HELDOUT_FAMILIES)
 
 
+def _benchmark(args: argparse.Namespace) -> tuple[list, object, dict]:
+    """An indexed folder's runnable tasks as events, key -> domain, and its coverage report."""
+    from producers.task_import import task_event
+    from runtime.envs.tasks.catalog import read_index, read_task_folder
+    from runtime.envs.tasks.coverage import assess, summarize
+    from runtime.envs.tasks.files import open_file_cache
+    from runtime.errors import ConfigError
+
+    entries = read_task_folder(args.tasks, read_index(args.index))
+    cache = open_file_cache()
+    verdicts = {v.key: v for v in (assess(e, is_cached=cache.has) for e in entries)}
+    coverage = summarize(verdicts.values())
+    events = [task_event(e.task, source="eval", split="benchmark", key=e.key)
+              for e in entries if e.task is not None and verdicts[e.key].runnable]  # fmt: skip
+    if not events:
+        raise ConfigError(
+            f"none of the {coverage['total']} tasks is runnable here; "
+            f"`scalecua tasks coverage {args.tasks} --index {args.index}` says why"
+        )
+    domains = {e.key: e.domain for e in entries}
+    return events, lambda key: domains.get(key, "tasks"), coverage
+
+
 def _eval(args: argparse.Namespace) -> int:
+    from runtime.errors import SettingError
+
+    if args.index is not None and args.tasks is None:
+        raise SettingError(f"[eval] index = {args.index}: --index goes with --tasks DIR")
     from transformers.utils import logging as hf_logging
 
+    from consumers.evaluation.benchmark import render_benchmark
     from consumers.evaluation.run import EvalConfig, evaluate_policy
     from consumers.evaluation.stats import summarize_outcomes
     from runtime.cli.bus_commands import _run
     from runtime.errors import ConfigError
 
     hf_logging.disable_progress_bar()
-    events, family_of, held = _tasks(args)
+    coverage = None
+    if args.index is None:
+        events, family_of, held = _tasks(args)
+    else:
+        events, family_of, coverage = _benchmark(args)
+        held = []
     if not events:
         raise ConfigError("no tasks to evaluate")
+    ids = {e.task_id: e.task.get("id") for e in events}
     config = EvalConfig(
         policy=args.policy, desktops=args.desktops, max_steps=args.max_steps,
         max_tokens=args.max_tokens, observe=args.observe, samples=args.samples,
@@ -108,9 +149,11 @@ def _eval(args: argparse.Namespace) -> int:
             "policy": args.policy,
             "source": str(args.tasks) if args.tasks is not None else f"split:{args.split}",
             **summarize_outcomes(outcomes, args.threshold, held),
+            **_benchmark_results(args, coverage, outcomes),
             "outcomes": [
                 {
                     "task_id": o.task_id,
+                    "id": ids.get(o.task_id, o.task_id),  # the task JSON's own id
                     "family": o.family,
                     "score": o.score,
                     "sample": o.sample,
@@ -120,6 +163,8 @@ def _eval(args: argparse.Namespace) -> int:
                 for o in sorted(outcomes, key=lambda o: (o.task_id, o.sample))
             ],
         }
+        if coverage is not None:
+            print(render_benchmark(summary["benchmark"]), file=sys.stderr, flush=True)
         text = json.dumps(summary)
         if args.json is not None:
             args.json.write_text(text + "\n")
@@ -127,3 +172,21 @@ def _eval(args: argparse.Namespace) -> int:
         return 0
 
     return _run(main())
+
+
+def _benchmark_results(args: argparse.Namespace, coverage: dict | None, outcomes: list) -> dict:
+    """The OSWorld table and the tasks that did not run, for an indexed evaluation."""
+    from consumers.evaluation.benchmark import benchmark_table
+
+    if coverage is None:
+        return {}
+    return {
+        "index": str(args.index),
+        "benchmark": benchmark_table(coverage, outcomes, args.threshold),
+        "coverage": {k: coverage[k] for k in ("total", "supported", "runnable")},
+        "not_run": [
+            {"task_id": t["key"], "domain": t["domain"], "reasons": t["reasons"]}
+            for t in coverage["tasks"]
+            if not t["runnable"]
+        ],
+    }

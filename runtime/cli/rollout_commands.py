@@ -194,25 +194,26 @@ def _judge(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace) -> int:
-    from producers.rollout_requests import publish_requests, request_group, task_source
+    from producers.rollout_requests import find_task_key, publish_requests, request_group
     from runtime.cli.bus_commands import _run
     from runtime.config import BusSettings
-    from runtime.errors import SettingError
+    from runtime.errors import SettingError, TaskError
 
     settings = BusSettings.from_env(args.bootstrap)
-    group = request_group(args.task_id, args.n, max_steps=args.max_steps, group_id=args.group_id)
+    group: list = []
 
     async def main() -> int:
-        if await task_source(settings, args.task_id) is None:  # no worker could play it
+        try:  # no worker could play a task it cannot find
+            key = await find_task_key(settings, args.task_id)
+        except TaskError as exc:
             raise SettingError(
-                f"[request] task_id = {args.task_id} on the command line: no such task (not "
-                "built in, see `scalecua tasks list`; not on the `tasks` topic, see "
-                "`scalecua tasks import`)"
-            )
+                f"[request] task_id = {args.task_id} on the command line: {exc}"
+            ) from None
+        group.extend(request_group(key, args.n, max_steps=args.max_steps, group_id=args.group_id))
         return await publish_requests(settings, group)
 
     n = _run(main())
-    print(json.dumps({"group_id": group[0].group_id, "task_id": args.task_id, "requests": n}))
+    print(json.dumps({"group_id": group[0].group_id, "task_id": group[0].task_id, "requests": n}))
     return 0
 
 

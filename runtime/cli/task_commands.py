@@ -1,4 +1,5 @@
-"""`scalecua` subcommands for the task area: the built-in pool, task families, one task."""
+"""`scalecua` subcommands for the task area: the built-in pool, task families, one task;
+a benchmark's files and coverage (runtime/cli/files_commands.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,16 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.cli import files_commands
 from runtime.cli.settings import integer
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the task subcommands to the `scalecua` parser."""
-    tasks = subparsers.add_parser("tasks", help="the built-in task pool and task families")
+    tasks = subparsers.add_parser(
+        "tasks",
+        help="the built-in task pool, task families, import, a benchmark's files and coverage",
+    )
     tasks_sub = tasks.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
     listing = tasks_sub.add_parser("list", help="print the built-in task ids, one per line")
     listing.set_defaults(func=_tasks_list)
@@ -30,6 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     imp.add_argument("paths", nargs="*", type=Path, help="task files or folders (recursive)")
     imp.add_argument("--builtin", action="store_true", help="import the built-in pool")
+    imp.add_argument("--index", type=Path, default=None,
+                     help="with one folder: only the tasks an OSWorld index lists "
+                     "(test_all.json: <folder>/<domain>/<id>.json)")  # fmt: skip
     imp.add_argument("--split", choices=("train", "heldout", "benchmark"), default="train",
                      help="benchmark tasks are kept out of training (default: train)")  # fmt: skip
     imp.add_argument(
@@ -68,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
     )
     gen.set_defaults(func=_tasks_generate)
+    files_commands.register(tasks_sub)
     tasks.set_defaults(func=_help(tasks))
 
     task = subparsers.add_parser("task", help="run one task on a fresh desktop")
@@ -112,15 +121,23 @@ def _tasks_import(args: argparse.Namespace) -> int:
     from producers.task_import import (
         builtin_task_events,
         file_task_events,
+        indexed_task_events,
         publish_tasks,
         split_supported,
     )
     from runtime.config import BusSettings
+    from runtime.errors import SettingError
 
     if not args.paths and not args.builtin:
         print("scalecua: error: give task files/folders or --builtin", file=sys.stderr)
         return 2
-    events = file_task_events(args.paths, source=args.source, split=args.split)
+    if args.index is not None:
+        if len(args.paths) != 1:
+            raise SettingError(f"[tasks import] index = {args.index}: give one folder with it")
+        events = indexed_task_events(args.paths[0], args.index, source=args.source,
+                                     split=args.split)  # fmt: skip
+    else:
+        events = file_task_events(args.paths, source=args.source, split=args.split)
     if args.builtin:
         events += builtin_task_events(args.split)
     supported, flagged = split_supported(events)

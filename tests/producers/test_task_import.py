@@ -40,6 +40,8 @@ async def _read_tasks(settings: BusSettings, n: int) -> list:
         deadline = time.monotonic() + 20
         while len(out) < n and time.monotonic() < deadline:
             out.extend(await consumer.getmany(timeout_ms=200))
+            if await consumer.at_end(tps):  # fewer than n on the topic: all of them
+                break
     return out
 
 
@@ -59,13 +61,13 @@ async def test_import_files_and_builtin_pool(
     n = 1 + len(builtin_ids())
     records = await _read_tasks(bus_settings, n)
     assert len(records) == n
-    by_id = {r.event.task_id: r for r in records}
-    imported = by_id["osworld-like-0001"].event
+    by_key = {r.event.task_id: r for r in records}
+    imported = by_key["calc/t1"].event  # a task from a file: `<folder>/<file name>`
     assert (imported.split, imported.source) == ("benchmark", "osworld")
-    assert imported.task == TASK  # unchanged, unknown fields included
+    assert imported.task == TASK  # unchanged, unknown fields and id included
     assert Task.from_dict(imported.task).id == TASK["id"]
-    assert all(by_id[i].event.split == "train" for i in builtin_ids())
-    assert by_id["osworld-like-0001"].key == b"osworld-like-0001"  # compaction key
+    assert all(by_key[i].event.split == "train" for i in builtin_ids())  # built in: by id
+    assert by_key["calc/t1"].key == b"calc/t1"  # compaction key
 
 
 def test_malformed_task_file_is_a_clean_error(tmp_path: Path, cli_env: dict[str, str]) -> None:
@@ -96,11 +98,90 @@ async def test_tasks_with_unimplemented_parts_are_flagged_and_skipped(
                          env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert (
-        "unsupported: needs-chrome: config step `chrome_open_tabs`, metric `is_expected_tabs`, "
-        "getter `open_tabs_info`" in res.stderr
+        f"unsupported: {tmp_path.name}/chrome: config step `chrome_open_tabs`, metric "
+        "`is_expected_tabs`, getter `open_tabs_info`" in res.stderr
     )
     assert "imported 1 tasks" in res.stderr and "1 unsupported skipped" in res.stderr
-    assert [r.event.task_id for r in await _read_tasks(bus_settings, 2)] == [TASK["id"]]
+    assert [r.event.task["id"] for r in await _read_tasks(bus_settings, 2)] == [TASK["id"]]
     res = subprocess.run([*SCALECUA, "tasks", "import", str(tmp_path), "--include-unsupported"],
                          env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0 and "imported 2 tasks" in res.stderr, res.stderr
+
+
+# -- ids: two OSWorld tasks that share an id stay two tasks ------------------------------------
+
+OSWORLD = Path(__file__).resolve().parents[1] / "data" / "osworld"
+SHARED = "06fe7178-4491-4589-810f-2e2bc9502122"  # a chrome task and a thunderbird task
+
+
+async def test_tasks_sharing_an_id_keep_their_own_keys_and_are_found_by_key_or_unique_id(
+    tmp_path: Path, bus_settings: BusSettings, cli_env: dict[str, str]
+) -> None:
+    from consumers.rollout.service import resolve_task
+    from producers.task_import import publish_tasks
+    from runtime.tables import TopicTable
+    from topics.events import TaskEvent
+
+    chrome, thunderbird = (
+        OSWORLD / "chrome" / f"{SHARED}.json",
+        OSWORLD / "thunderbird" / f"{SHARED}.json",
+    )
+    # As OSWorld's test_all.json lists them: {"<domain>": ["<id>", ...]}.
+    index = tmp_path / "test_shared.json"
+    index.write_text(json.dumps({"chrome": [SHARED], "thunderbird": [SHARED]}))
+    res = subprocess.run([*SCALECUA, "tasks", "import", str(OSWORLD), "--index", str(index),
+                          "--source", "osworld", "--split", "benchmark", "--include-unsupported"],
+                         env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 0 and "imported 2 tasks" in res.stderr, res.stderr
+    # The same files named one by one get the same keys.
+    again = subprocess.run([*SCALECUA, "tasks", "import", str(chrome), str(thunderbird),
+                            "--source", "osworld", "--split", "benchmark",
+                            "--include-unsupported"],
+                           env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    records = await _read_tasks(bus_settings, 4)
+    by_key = {r.key: r.event for r in records}
+    assert len(records) == 4
+    assert set(by_key) == {f"chrome/{SHARED}".encode(), f"thunderbird/{SHARED}".encode()}
+    assert by_key[f"chrome/{SHARED}".encode()].task == json.loads(chrome.read_text())
+    assert by_key[f"thunderbird/{SHARED}".encode()].task == json.loads(thunderbird.read_text())
+    # A task whose id no other task has is still found by that id.
+    unique = {**TASK, "id": "only-one-of-me"}
+    await publish_tasks(bus_settings, [TaskEvent(task_id="mine/only-one-of-me", task=unique)])
+
+    def request(ref: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*SCALECUA, "request", ref, "--n", "1"], env=cli_env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+
+    ambiguous = request(SHARED)
+    assert ambiguous.returncode == 2, ambiguous.stderr
+    assert f"2 tasks on `tasks` have the id {SHARED}" in ambiguous.stderr
+    assert f"chrome/{SHARED}, thunderbird/{SHARED}" in ambiguous.stderr
+    by_key_ok = request(f"thunderbird/{SHARED}")
+    assert by_key_ok.returncode == 0, by_key_ok.stderr
+    assert json.loads(by_key_ok.stdout)["task_id"] == f"thunderbird/{SHARED}"
+    by_id_ok = request("only-one-of-me")
+    assert json.loads(by_id_ok.stdout)["task_id"] == "mine/only-one-of-me"
+
+    table = await TopicTable(bus_settings, "tasks").start()
+    try:
+        task, _ = resolve_task(f"chrome/{SHARED}", table)
+        assert task.id == SHARED and "last tab I shut down" in task.instruction
+        task, _ = resolve_task(f"thunderbird/{SHARED}", table)
+        assert task.id == SHARED and "email" in task.instruction
+        assert resolve_task(SHARED, table) is None  # which one? the worker does not guess
+        assert resolve_task("only-one-of-me", table)[0].instruction == TASK["instruction"]
+    finally:
+        await table.stop()
+
+
+def test_two_files_with_one_key_and_different_tasks_are_refused(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    for root, instruction in (("a", "first"), ("b", "second")):
+        (tmp_path / root / "calc").mkdir(parents=True)
+        task = {**TASK, "instruction": instruction}
+        (tmp_path / root / "calc" / "t.json").write_text(json.dumps(task))
+    res = subprocess.run([*SCALECUA, "tasks", "import", str(tmp_path / "a"), str(tmp_path / "b")],
+                         env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 1 and "different tasks with the same key 'calc/t'" in res.stderr

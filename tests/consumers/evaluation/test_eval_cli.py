@@ -58,8 +58,11 @@ def test_eval_scores_a_folder_of_tasks_with_an_interval_and_per_app_rates(tmp_pa
     low, high = result["ci95"]
     assert 0.0 < low < 2 / 3 < high < 1.0
     assert result["families"]["terminal"]["n"] == 3
-    statuses = {o["task_id"]: (o["score"], o["status"]) for o in result["outcomes"]}
-    assert statuses["copy-terminal_create_empty_notes"] == (0.0, "fail")
+    # Keyed as on `tasks`, `<folder>/<file name>`, with the task's own id beside the key.
+    statuses = {o["task_id"]: (o["id"], o["score"], o["status"]) for o in result["outcomes"]}
+    assert statuses["tasks/terminal_create_empty_notes"] == (
+        "copy-terminal_create_empty_notes", 0.0, "fail",
+    )  # fmt: skip
 
 
 def test_eval_without_tasks_says_so(tmp_path: Path) -> None:
@@ -103,7 +106,7 @@ def test_sampled_eval_plays_each_task_as_a_group_and_reports_pass_at_k(tmp_path:
     assert result["n"] == 6 and result["tasks"] == 2 and result["passed"] == 3, result
     assert result["pass_at_k"] == {"1": 0.5, "2": 0.5, "3": 0.5}
     samples = sorted((o["task_id"], o["sample"]) for o in result["outcomes"])
-    assert samples == [(f"copy-{p.stem}", i) for p in sorted(folder.iterdir()) for i in range(3)]
+    assert samples == [(f"tasks/{p.stem}", i) for p in sorted(folder.iterdir()) for i in range(3)]
 
 
 def test_samples_without_a_temperature_are_refused(tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 terminal, the accessibility tree, the screen, literal rules and the agent's answer.
 
 Like setup steps, `cloud_file` and `cache_file` read only inside the task's folder and the
-desktop's home.
+desktop's home; `cloud_file`'s http(s) URLs come from the file cache (runtime/envs/tasks/files).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ async def get_vm_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
 
 
 async def get_cloud_file(ctx: EvalContext, config: dict[str, Any]) -> Any:
-    """Fetch files by URL (file://, loopback http(s), or a path beside the task)."""
+    """Fetch files by URL (http(s) through the file cache, file://, or a path beside the task)."""
     paths, dests, gives = multi_paths(config)
     out: list[str] = []
     for url, dest in zip(paths, dests, strict=True):

@@ -3,7 +3,9 @@
 A task's setup is as untrusted as its judge (VeriGen writes both), so a local path or
 `file://` URL may name only a file in the task's own folder (after resolving symlinks), or
 one in the desktop's home (`/home/user/...`), which is read through the desktop with its
-rights. Anything else is a TaskError, never a read as host root.
+rights. Anything else is a TaskError, never a read as host root. An http(s) URL is served
+from the file cache, which the host fills by fetching on a miss when SCALECUA_FILES_FETCH
+allows it (runtime/envs/tasks/files); the desktop only ever receives the bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from runtime.envs.desktop.wrappers import VM_PASSWORD
+from runtime.envs.tasks.files.serve import url_bytes
 from runtime.errors import TaskError
 
 __all__ = ["CLIENT_PASSWORD", "DESKTOP_HOME", "fetch_source"]
@@ -29,7 +32,8 @@ async def fetch_source(controller: Any, source: str, base_dir: Path | None) -> b
 
     A path or file:// URL: a file in the task folder `base_dir` (relative, or absolute
     inside it), or under /home/user, fetched from the desktop behind `controller`.
-    http(s): loopback only. Anything else raises TaskError.
+    http(s): the file cache, or a fetch by the host on a miss when allowed (files.url_bytes);
+    a file that cannot be had raises TaskError naming the URL, as does any other scheme.
     """
     parsed = urlparse(source)
     if parsed.scheme in ("", "file"):
@@ -44,17 +48,7 @@ async def fetch_source(controller: Any, source: str, base_dir: Path | None) -> b
             return await _from_desktop(controller, in_home, source)
         return await asyncio.to_thread(_from_task_folder, Path(path), base_dir, source)
     if parsed.scheme in ("http", "https"):
-        if parsed.hostname not in ("127.0.0.1", "localhost", "::1"):
-            raise TaskError(f"refusing to fetch {source}: only loopback URLs are reachable here")
-        import httpx
-
-        try:
-            async with httpx.AsyncClient(timeout=30, follow_redirects=False) as client:
-                response = await client.get(source)
-            response.raise_for_status()
-        except httpx.HTTPError as exc:
-            raise TaskError(f"cannot fetch {source}: {exc}") from exc
-        return response.content
+        return await url_bytes(source)
     raise TaskError(f"unsupported URL scheme in {source!r}")
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
+from runtime.envs.tasks.files import open_file_cache
 from runtime.envs.tasks.getters import TERMINAL_LOG_DIR, EvalContext, get_state
 from runtime.envs.tasks.setup import run_steps
 from runtime.errors import TaskError
@@ -106,9 +107,33 @@ async def test_bad_steps_raise_task_error(ctl, tmp_path):
     with pytest.raises(TaskError, match="cannot read"):
         await run_steps(ctl, [{"type": "upload_file", "parameters": {"files": [
             {"local_path": "missing.bin", "path": "/home/user/x"}]}}], tmp_path)  # fmt: skip
-    with pytest.raises(TaskError, match="loopback"):
+    with pytest.raises(TaskError, match="not in the file cache.*only loopback URLs"):
         await run_steps(ctl, [{"type": "download", "parameters": {"files": [
             {"url": "http://example.com/x", "path": "/home/user/x"}]}}], tmp_path)  # fmt: skip
+
+
+async def test_download_steps_and_cloud_files_come_from_the_file_cache(ctl, tmp_path, monkeypatch):
+    # OSWorld's files are on Google Drive: the host serves them from its cache (seeded here
+    # as `scalecua tasks files add` does) and the desktop receives the bytes. Tests only ever
+    # fetch loopback URLs (SCALECUA_FILES_FETCH=loopback), so a miss is a clear error.
+    monkeypatch.setenv("SCALECUA_FILES", str(tmp_path / "files"))
+    drive = "https://drive.usercontent.google.com/download?id=scalecua-test-{}&export=download"
+    cache = open_file_cache()
+    cache.put(drive.format("report"), b"quarterly report\n")
+    cache.put(drive.format("expected"), b"expected text\n")
+    # A task from the `tasks` topic has no folder: its files come by URL only.
+    await run_steps(ctl, [_download(drive.format("report"), "/home/user/Documents/r.txt")], None)
+    assert await ctl.get_file("/home/user/Documents/r.txt") == b"quarterly report\n"
+    expected = await get_state(_ctx(ctl, tmp_path), {
+        "type": "cloud_file", "path": drive.format("expected"), "dest": "e.txt"})  # fmt: skip
+    assert _text(expected) == "expected text\n"
+    missing = drive.format("missing")
+    with pytest.raises(TaskError) as caught:
+        await run_steps(ctl, [_download(missing, "/home/user/missing.txt")], None)
+    assert missing in str(caught.value) and "scalecua tasks files add URL FILE" in str(caught.value)
+    assert await ctl.get_file("/home/user/missing.txt") is None
+    with pytest.raises(TaskError, match="not in the file cache"):
+        await get_state(_ctx(ctl, tmp_path), {"type": "cloud_file", "path": missing, "dest": "m"})
 
 
 async def _windows(ctl) -> str:
