@@ -36,6 +36,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from runtime.envs.desktop.apps import App, app_for_command, app_for_file, app_named, missing_app
+from runtime.envs.tasks.accounts import ACCOUNT_GETTERS, ACCOUNT_STEPS
 from runtime.envs.tasks.catalog import TaskFile
 from runtime.envs.tasks.files.urls import task_files
 from runtime.envs.tasks.model import Task
@@ -86,8 +87,6 @@ LIVE_WEB_GETTERS = {
     "pdf_from_url": "path",
     "gotoRecreationPage_and_get_html_content": "https://www.recreation.gov/",
 }
-ACCOUNT_STEPS = ("googledrive", "login")
-ACCOUNT_GETTERS = ("googledrive_file",)
 _SNAPSHOTS_NOT_APPS = ("base_setup", "multiapps")
 _URL = re.compile(r"https?://[^\s'\"\\,;)\]}<>]+")
 _BROWSER = re.compile(r"(^|[/\s])(google-chrome(-stable)?|chromium(-browser)?|chrome)(\s|$)")
