@@ -148,9 +148,14 @@ async def _scores(
         if vlc:
             await _vlc_as_on_the_vm(ctl)
         await run_setup(ctl, task)
-        shown = await ctl.execute(
-            ["xdotool", "search", "--sync", "--onlyvisible", "--name", title], timeout=120
-        )
+        # Polled, not `--sync`: xdotool's search dies with BadWindow when a window it walks
+        # closes meanwhile (GIMP's splash does while the image window opens).
+        deadline = asyncio.get_running_loop().time() + 120
+        while True:
+            shown = await ctl.execute(["xdotool", "search", "--onlyvisible", "--name", title])
+            if shown["returncode"] == 0 or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.5)
         assert shown["returncode"] == 0, f"no {title!r} window: {shown}"
         played: list[dict[str, Any]] = []
         for actions in turns:
