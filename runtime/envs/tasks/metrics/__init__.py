@@ -1,14 +1,15 @@
 """Metric functions by OSWorld name: `METRICS[name](result, [expected,] **options)`.
 
 One module per app or area; a module with many metrics exports its own `METRICS` dict,
-merged here.
+merged here. `UNAVAILABLE_METRICS` names the metrics that exist but cannot score here,
+with the reason (they raise TaskError saying so).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from runtime.envs.tasks.metrics.docs import compare_docx_files, compare_text_file
+from runtime.envs.tasks.metrics import docs, pdf, settings, slides, writer
 from runtime.envs.tasks.metrics.general import (
     check_include_exclude,
     check_json,
@@ -23,7 +24,7 @@ from runtime.envs.tasks.metrics.general import (
 from runtime.envs.tasks.metrics.judge import sandboxed_judge
 from runtime.envs.tasks.metrics.table import compare_table
 
-__all__ = ["METRICS", "metric_names"]
+__all__ = ["METRICS", "UNAVAILABLE_METRICS", "metric_names"]
 
 METRICS: dict[str, Callable[..., float]] = {
     "exact_match": exact_match,
@@ -35,10 +36,17 @@ METRICS: dict[str, Callable[..., float]] = {
     "diff_text_file": diff_text_file,
     "file_contains": file_contains,
     "file_exists": file_exists,
-    "compare_text_file": compare_text_file,
-    "compare_docx_files": compare_docx_files,
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
+    **docs.METRICS,
+    **writer.METRICS,
+    **slides.METRICS,
+    **pdf.METRICS,
+    **settings.METRICS,
+}
+
+UNAVAILABLE_METRICS: dict[str, str] = {
+    "compare_image_text": docs.OCR_UNAVAILABLE,
 }
 
 
