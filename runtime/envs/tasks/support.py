@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.envs.tasks.getters import GETTERS
-from runtime.envs.tasks.metrics import metric_names
+from runtime.envs.tasks.metrics import UNAVAILABLE_METRICS, metric_names
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import SETUP_STEPS
 
@@ -28,6 +28,8 @@ def unsupported_parts(task: Task) -> list[str]:
     for func in task.evaluator.funcs:
         if func not in known_metrics:
             missing.append(f"metric `{func}`")
+        elif func in UNAVAILABLE_METRICS:
+            missing.append(f"metric `{func}` ({UNAVAILABLE_METRICS[func]})")
     for spec in task.evaluator.results + task.evaluator.expecteds:
         for getter in _getter_specs(spec):
             if getter["type"] not in GETTERS:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
-from runtime.envs.tasks.getters import accounts, basic, gimp, info, rules, vlc, vscode
+from runtime.envs.tasks.getters import accounts, basic, gimp, impress, info, rules, vlc, vscode
 from runtime.envs.tasks.getters.basic import terminal_text
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter
 from runtime.errors import TaskError
@@ -35,6 +35,7 @@ GETTERS: dict[str, Getter] = {
     **accounts.GETTERS,
     **gimp.GETTERS,
     **vlc.GETTERS,
+    **impress.GETTERS,
 }
 
 

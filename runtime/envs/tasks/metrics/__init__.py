@@ -1,7 +1,8 @@
 """Metric functions by OSWorld name: `METRICS[name](result, [expected,] **options)`.
 
 One module per app or area; a module with many metrics exports its own `METRICS` dict,
-merged here.
+merged here. `UNAVAILABLE_METRICS` names the metrics that exist but cannot score here,
+with the reason (they raise TaskError saying so).
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ from runtime.envs.tasks.metrics import (
     archives,
     audio,
     basic_os,
+    docs,
     general,
     gimp,
     images,
+    pdf,
+    settings,
+    slides,
     thunderbird,
     vlc,
     vscode,
+    writer,
 )
-from runtime.envs.tasks.metrics.docs import compare_docx_files, compare_text_file
 from runtime.envs.tasks.metrics.judge import sandboxed_judge
 from runtime.envs.tasks.metrics.table import compare_table
 from runtime.envs.tasks.metrics.table_files import METRICS as TABLE_FILE_METRICS
 
-__all__ = ["METRICS", "metric_names"]
+__all__ = ["METRICS", "UNAVAILABLE_METRICS", "metric_names"]
 
 METRICS: dict[str, Callable[..., float]] = {
     **general.METRICS,
@@ -32,8 +37,6 @@ METRICS: dict[str, Callable[..., float]] = {
     **thunderbird.METRICS,
     **vscode.METRICS,
     **archives.METRICS,
-    "compare_text_file": compare_text_file,
-    "compare_docx_files": compare_docx_files,
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
     **TABLE_FILE_METRICS,
@@ -41,6 +44,16 @@ METRICS: dict[str, Callable[..., float]] = {
     **gimp.METRICS,
     **vlc.METRICS,
     **audio.METRICS,
+    **docs.METRICS,
+    **writer.METRICS,
+    **slides.METRICS,
+    **pdf.METRICS,
+    **settings.METRICS,
+}
+
+# Names known, but that cannot run here, with the reason (coverage and evaluation say it).
+UNAVAILABLE_METRICS: dict[str, str] = {
+    "compare_image_text": docs.OCR_UNAVAILABLE,
 }
 
 
