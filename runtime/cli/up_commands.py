@@ -105,7 +105,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start from an archived run's state (default the newest with tasks): tasks, task-stats and "
         "the last policy update; the trainer continues that run's checkpoints",
     )  # fmt: skip
-    p.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+    p.add_argument("-v", "--verbose", action="store_true", dest="mirror_logs",
                    help="mirror every service's log to the console (they always go to files)")  # fmt: skip
     p.set_defaults(func=_up)
 
@@ -174,7 +174,7 @@ def _up(args: argparse.Namespace) -> int:
     from runtime.up_console import ConsoleWarnings, UpConsole
 
     hf_logging.disable_progress_bar()  # one line per iteration, not a bar per weight load
-    verbose = bool(getattr(args, "verbose", False))
+    verbose = bool(getattr(args, "verbose", False) or getattr(args, "mirror_logs", False))
     console = UpConsole(args.iterations, live=False if verbose else None)
     root = logging.getLogger()
     if not verbose:  # the services' lines go to their files; the console keeps the story

@@ -68,7 +68,9 @@ async def test_each_service_logs_to_its_own_file_and_warnings_reach_the_console(
                     await asyncio.to_thread(log.warning, "a bad record")  # threads inherit it
 
             await asyncio.create_task(judge())
-            logging.getLogger("aiokafka").warning("not ours: file only")
+            other = logging.getLogger("some.library")  # not scalecua's: its file only
+            other.setLevel(logging.WARNING)
+            other.warning("not ours: file only")
             logs.open(tmp_path)
             log.info("after")
     finally:
