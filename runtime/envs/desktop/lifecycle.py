@@ -174,6 +174,17 @@ class Desktop:
         """Whether the desktop's process tree is still running."""
         return self._proc.returncode is None and not self._stopped
 
+    def memory_pss(self) -> int:
+        """The proportional set size (bytes) of every process of the desktop, server included."""
+        total = 0
+        for pid in self._cgroup.pids():
+            with contextlib.suppress(OSError):  # a process that just ended
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+        return total
+
     async def reset(self) -> None:
         """Close every app and window and restore the home skeleton; services stay warm."""
         if not self.alive:
