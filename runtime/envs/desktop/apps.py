@@ -67,9 +67,10 @@ _IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".
 _VIDEO = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".wmv", ".flv", ".m4v", ".mpg", ".mpeg", ".3gp")
 _AUDIO = (".mp3", ".wav", ".ogg", ".flac", ".m4a", ".aac", ".opus", ".wma")
 _VS_CODE_MISSING = (
-    "the Visual Studio Code desktop app (`code`) is not packaged in Debian's archive, on PyPI "
-    "or on npm; npm's code-server (the same editor served to a browser, needing Node.js 24) "
-    "is not set up as `code` here"
+    "the Visual Studio Code desktop app (`code`) is not packaged in Debian's archive, on "
+    "PyPI or on npm; npm's code-server serves the editor to a browser instead and, when "
+    "installed, compiles native modules (node-pty, sqlite3, spdlog) for Node.js 24 (this "
+    "machine's Debian Node.js is 20); it is not set up as `code` here"
 )
 
 APPS: dict[str, App] = {

@@ -174,15 +174,18 @@ class Desktop:
         """Whether the desktop's process tree is still running."""
         return self._proc.returncode is None and not self._stopped
 
-    def memory_pss(self) -> int:
-        """The proportional set size (bytes) of every process of the desktop, server included."""
-        total = 0
+    def memory(self) -> dict[str, int]:
+        """Bytes of memory of every process of the desktop, server included: `pss` (shared
+        pages split among their users, so other desktops move it) and `uss` (its own alone)."""
+        total = {"pss": 0, "uss": 0}
         for pid in self._cgroup.pids():
             with contextlib.suppress(OSError):  # a process that just ended
                 for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1]) * 1024
-                        break
+                    name, _, value = line.partition(":")
+                    if name == "Pss":
+                        total["pss"] += int(value.split()[0]) * 1024
+                    elif name in ("Private_Clean", "Private_Dirty"):
+                        total["uss"] += int(value.split()[0]) * 1024
         return total
 
     async def reset(self) -> None:
