@@ -28,10 +28,11 @@ APT_PACKAGES=(
 # and 250 packages more on a fresh machine): Chrome is Debian's chromium behind socat, the
 # file types' apps (Impress, GIMP, VLC, Thunderbird, Nautilus, Evince, eog), GNOME Videos
 # (the VM's default video player, which xdg-mime reports), Picard (named by a task), and
-# xdg-utils for xdg-mime. The dashboard's browser test drives the same chromium.
+# xdg-utils for xdg-mime, and the small tools tasks' setups run, which they would apt-get
+# on the VM (a desktop has no network). The dashboard's browser test drives the same chromium.
 APT_PACKAGES+=(
   chromium socat libreoffice-impress gimp vlc thunderbird nautilus evince eog totem picard
-  xdg-utils
+  xdg-utils jq unzip xsel
 )
 
 missing=()

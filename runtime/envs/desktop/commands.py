@@ -98,16 +98,6 @@ async def spawn_detached(
     await proc.wait()
 
 
-async def find_window(title: str, env: dict[str, str]) -> str | None:
-    """Return the id of a window whose title contains `title`, from `wmctrl -l`."""
-    result = await run(["wmctrl", "-l"], False, 10, env=env)
-    for line in result.get("output", "").splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and title in parts[3]:
-            return parts[0]
-    return None
-
-
 async def list_windows(env: dict[str, str]) -> list[tuple[str, str, str]]:
     """Return (id, WM_CLASS as "instance.class", title) of every window, from `wmctrl -lx`."""
     result = await run(["wmctrl", "-lx"], False, 10, env=env)

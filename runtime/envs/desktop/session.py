@@ -1,11 +1,12 @@
 """The processes of one desktop, started inside its namespace: Xvfb, dbus, AT-SPI, openbox.
 
 `DesktopSession.start()` first makes the desktop's own network (netns.py: loopback only;
-every process it starts, and every command the server runs, enters it), then brings them up with a readiness check each (Xvfb reports its display
-through -displayfd; dbus prints its address; openbox is ready once it sets
-_NET_SUPPORTING_WM_CHECK, and is retried because about one start in ten fails on a fresh
-display). `kill_apps()` is the fast half of a reset: it kills every process of the
-namespace except these services and the server, which stay warm between episodes.
+every process it starts, and every command the server runs, enters it), then brings them
+up with a readiness check each (Xvfb reports its display through -displayfd; dbus prints
+its address; openbox is ready once it sets _NET_SUPPORTING_WM_CHECK, and is retried
+because about one start in ten fails on a fresh display). `kill_apps()` is the fast half
+of a reset: it kills every process of the namespace except these services and the
+server, which stay warm between episodes.
 """
 
 from __future__ import annotations
