@@ -145,6 +145,9 @@ async def test_vlc_answers_on_its_http_interface_as_osworlds_getters_ask(
     assert titles == ["tone.mp3 - VLC media player"], titles
     # `pkill vlc`, as OSWorld's postconfigs do, finds it.
     assert (await ctl.execute(["pkill", "vlc"]))["returncode"] == 0
+    # As on Ubuntu, VLC is not the default video player until someone makes it so.
+    default = await ctl.execute(["xdg-mime", "query", "default", "video/mp4"])
+    assert default["output"].strip() == "org.gnome.Totem.desktop", default
     await desktop.reset()
 
 
