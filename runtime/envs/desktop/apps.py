@@ -19,6 +19,7 @@ import os
 import shlex
 import shutil
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = [
     "APPS",
@@ -28,6 +29,7 @@ __all__ = [
     "app_for_file",
     "app_named",
     "apps_in_command",
+    "apps_of_task",
     "missing_app",
     "opener_for",
 ]
@@ -186,6 +188,31 @@ def _apps_of_simple_command(words: list[str]) -> list[App]:
     if app is not None and name in ("libreoffice", "soffice"):
         app = _libreoffice_component(words[1:]) or app
     return [app] if app is not None else []
+
+
+def apps_of_task(task: dict[str, Any]) -> list[App]:
+    """The apps an OSWorld task (its JSON) needs, in order, each once: its `related_apps`
+    we know, what its setup and postconfig commands start, and what its `open` steps open
+    (a path with no extension is a folder, as in OSWorld's tasks)."""
+    found = [app for name in task.get("related_apps") or [] if (app := app_named(str(name)))]
+    evaluator = task.get("evaluator")
+    steps = list(task.get("config") or [])
+    if isinstance(evaluator, dict):
+        steps += evaluator.get("postconfig") or []
+    for step in steps:
+        if not isinstance(step, dict) or not isinstance(step.get("parameters"), dict):
+            continue
+        kind, params = step.get("type"), step["parameters"]
+        command = params.get("command")
+        if kind in ("launch", "execute", "command") and isinstance(command, (str, list)):
+            found += apps_in_command(
+                [str(c) for c in command] if isinstance(command, list) else command
+            )
+        elif kind == "open" and isinstance(params.get("path"), str):
+            path = params["path"]
+            is_folder = not os.path.splitext(path.rstrip("/"))[1]
+            found.append(opener_for(path, is_folder).app or TEXT_EDITOR)
+    return list(dict.fromkeys(found))
 
 
 def missing_app(app: App) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,12 @@ from runtime.envs.desktop.apps import (
     app_for_file,
     app_named,
     apps_in_command,
+    apps_of_task,
     missing_app,
     opener_for,
 )
+
+DATA = Path(__file__).parents[3] / "data/osworld"
 
 
 @pytest.mark.parametrize(
@@ -77,6 +81,24 @@ def test_names_commands_and_command_lines_from_osworlds_tasks() -> None:
     ]  # fmt: skip
     for command, apps in names:
         assert [a.name for a in apps_in_command(command)] == apps, command
+
+
+def test_the_apps_a_task_needs() -> None:
+    os_task = json.loads((DATA / "os/7688b85f-87a4-4e4a-b2f8-f3d6c3f29b82.json").read_text())
+    assert [a.name for a in apps_of_task(os_task)] == ["os"]
+    # Shaped as OSWorld's vlc task 386dbd0e: a song in VLC, a lecture opened beside it.
+    vlc_task = {
+        "related_apps": ["vlc"],
+        "config": [
+            {"type": "download", "parameters": {"files": []}},
+            {"type": "launch", "parameters": {"command": ["vlc", "--start-time=10", "a.mp3"]}},
+            {"type": "open", "parameters": {"path": "/home/user/Desktop/lecture.pdf"}},
+            {"type": "open", "parameters": {"path": "/home/user/Documents/Fundings/ecs"}},
+        ],
+        "evaluator": {"postconfig": [{"type": "launch", "parameters": {"command": "code"}}]},
+    }
+    assert [a.name for a in apps_of_task(vlc_task)] == ["vlc", "pdf", "nautilus", "vs_code"]
+    assert apps_of_task({"related_apps": ["nonesuch"], "config": ["not a step"]}) == []
 
 
 def test_missing_app_names_exactly_what_is_missing(tmp_path: Path) -> None:
