@@ -8,10 +8,14 @@ Measures on real desktops (Xvfb 1280x800):
     in-process, against `controller.step(left_click)`; likewise a key and typing 20 chars;
   * reset: `Desktop.reset()` with a text editor and a terminal open and files written;
   * throughput: screenshot+click steps/s with 1, 4 and 8 desktops acting at once, through
-    the servers and with the raw tools in-process (one process per desktop).
+    the servers and with the raw tools in-process (one process per desktop);
+  * apps: each of OSWorld's apps started on a desktop as its tasks start it (`open` of a
+    file of its type, or the command they launch), from the request to its window, and the
+    desktop's memory (PSS of its whole process tree) with it, against a plain desktop.
 A desktop's X server is reachable only from inside the desktop (its own /tmp, a cookie),
 so the raw tools run there: a Python program started through /execute times them.
-Prints a table of medians and the server/raw ratios; `--json PATH` writes them.
+Prints a table of medians and the server/raw ratios; `--json PATH` writes them. `--quick`
+(under a minute) takes fewer samples, 1 and 4 desktops, and each app once.
 
     python bench/desktop.py --quick --json bench-desktop.json
 """
@@ -20,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +39,22 @@ from runtime.envs.desktop.lifecycle import Desktop  # noqa: E402
 from runtime.envs.desktop.pool import DesktopPool  # noqa: E402
 
 TEXT20 = "bench typing 20 char"
+DESKTOP_DIR = "/home/user/Desktop"
+# (app, how its tasks start it: a file `open`ed or a command launched, the window to wait for)
+APP_CASES = (
+    ("mousepad", {"open": "notes.txt"}),
+    ("LibreOffice Calc", {"open": "sheet.xlsx"}),
+    ("LibreOffice Writer", {"open": "letter.docx"}),
+    ("LibreOffice Impress", {"open": "talk.pptx"}),
+    ("GIMP", {"launch": ["gimp", f"{DESKTOP_DIR}/picture.png"], "title": "[picture]"}),
+    ("VLC", {"open": "clip.mp4"}),
+    ("Thunderbird", {"launch": ["thunderbird"], "title": "Mozilla Thunderbird"}),
+    ("Chrome (chromium)", {"open": "page.html"}),
+    ("Nautilus", {"open": "folder"}),
+    ("Evince (pdf)", {"open": "paper.pdf"}),
+    ("eog (image)", {"open": "picture.png"}),
+)
+APP_SETTLE_S = 1.5  # after its window shows, before the memory is read
 
 # Runs inside a desktop (its `python` is the project's): times the raw tools there and
 # prints one JSON object. argv[1]: {"mode": "latency", "n": N} or {"mode": "loop", "seconds": S, "x": X}.
@@ -176,6 +198,83 @@ async def bench_single(desktop: Desktop, n: int) -> dict:
     return r
 
 
+def app_files() -> dict[str, bytes]:
+    """A small file of each type the apps open."""
+    import cv2
+    import docx
+    import numpy as np
+    import openpyxl
+    import pptx
+    from PIL import Image
+
+    out: dict[str, bytes] = {"notes.txt": b"notes\n", "page.html": b"<title>bench</title>hi"}
+    deck = pptx.Presentation()
+    deck.slides.add_slide(deck.slide_layouts[0]).shapes.title.text = "bench"
+    letter = docx.Document()
+    letter.add_paragraph("bench")
+    book = openpyxl.Workbook()
+    book.active.append(["bench", 1])
+    for name, doc in (("talk.pptx", deck), ("letter.docx", letter), ("sheet.xlsx", book)):
+        buf = io.BytesIO()
+        doc.save(buf)
+        out[name] = buf.getvalue()
+    for name, fmt in (("picture.png", "PNG"), ("paper.pdf", "PDF")):
+        buf = io.BytesIO()
+        Image.new("RGB", (320, 240), (200, 40, 40)).save(buf, fmt)
+        out[name] = buf.getvalue()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "clip.mp4")
+        video = cv2.VideoWriter(path, cv2.VideoWriter_fourcc(*"mp4v"), 10, (320, 240))
+        for i in range(100):
+            video.write(np.full((240, 320, 3), (i * 2) % 255, np.uint8))
+        video.release()
+        out["clip.mp4"] = Path(path).read_bytes()
+    return out
+
+
+async def start_app(desktop: Desktop, how: dict, files: dict[str, bytes]) -> float:
+    """Start one app on a reset desktop as its tasks do; return seconds until its window shows."""
+    async with desktop.controller(timeout=120.0) as ctl:
+        for name, data in files.items():
+            await ctl.upload_file(f"{DESKTOP_DIR}/{name}", data)
+        await ctl.execute(["mkdir", "-p", f"{DESKTOP_DIR}/folder"])
+        t = time.perf_counter()
+        if "open" in how:
+            await ctl.open_file(f"{DESKTOP_DIR}/{how['open']}", timeout=120)
+            return time.perf_counter() - t
+        await ctl.launch(how["launch"])
+        while time.perf_counter() - t < 120:
+            if how["title"] in (await ctl.execute(["wmctrl", "-l"]))["output"]:
+                return time.perf_counter() - t
+            await asyncio.sleep(0.1)
+    raise RuntimeError(f"no window titled {how['title']!r} after 120 s")
+
+
+async def bench_apps(desktop: Desktop, rounds: int) -> dict:
+    """Each app's start time and the desktop's memory with it, against the plain desktop."""
+    files = await asyncio.to_thread(app_files)
+
+    async def measure(how: dict | None) -> tuple[float, dict[str, int]]:
+        await desktop.reset()
+        start = await start_app(desktop, how, files) if how else 0.0
+        await asyncio.sleep(APP_SETTLE_S)
+        return start, desktop.memory()
+
+    result = {}
+    for app, how in (("plain desktop", None), *APP_CASES):
+        runs = [await measure(how) for _ in range(rounds)]
+        result[app] = {
+            "start_s": statistics.median(start for start, _ in runs),
+            "pss_mib": statistics.median(mem["pss"] for _, mem in runs) / 2**20,
+            "uss_mib": statistics.median(mem["uss"] for _, mem in runs) / 2**20,
+        }
+    await desktop.reset()
+    for row in result.values():
+        row["pss_ratio"] = row["pss_mib"] / result["plain desktop"]["pss_mib"]
+        row["uss_ratio"] = row["uss_mib"] / result["plain desktop"]["uss_mib"]
+    return result
+
+
 async def steps_per_second(pool: DesktopPool, k: int, seconds: float) -> float:
     """Screenshot+click steps per second with k desktops acting at once."""
     desktops = pool.desktops[:k]
@@ -212,18 +311,19 @@ async def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer samples (under a minute)")
     parser.add_argument("--json", type=Path, help="write the results here")
     args = parser.parse_args()
-    n = 20 if args.quick else 100
-    seconds = 3.0 if args.quick else 10.0
-    levels = (1, 4, 8)
+    n = 10 if args.quick else 100
+    seconds = 1.5 if args.quick else 10.0
+    levels = (1,) if args.quick else (1, 4, 8)
 
     started = time.perf_counter()
-    starts = await start_seconds(3 if args.quick else 10)
+    starts = await start_seconds(2 if args.quick else 10)
     pool = DesktopPool(max(levels))
     boot = time.perf_counter()
     await pool.start()
     boot_s = time.perf_counter() - boot
     try:
         single = await bench_single(pool.desktops[0], n)
+        apps = await bench_apps(pool.desktops[0], 1 if args.quick else 3)
         await pool.desktops[0].reset()
         throughput = {k: await steps_per_second(pool, k, seconds) for k in levels}
         raw_throughput = {k: await raw_steps_per_second(pool.desktops[:k], seconds) for k in levels}
@@ -273,6 +373,16 @@ async def main() -> int:
         print(f"{k:<10}{sps:>10.1f}{sps / k:>14.1f}{raw:>14.1f}{sps / raw:>8.2f}")
     print("(one step = screenshot + click; raw = mss + XTEST in-process, one process per desktop)")
     print(
+        f"\n{'app (as its tasks start it)':<28}{'to window s':>12}{'PSS MiB':>9}{'x plain':>9}"
+        f"{'USS MiB':>9}{'x plain':>9}"
+    )
+    for app, row in apps.items():
+        print(
+            f"{app:<28}{row['start_s']:>12.2f}{row['pss_mib']:>9.0f}{row['pss_ratio']:>9.2f}"
+            f"{row['uss_mib']:>9.0f}{row['uss_ratio']:>9.2f}"
+        )
+    print("(memory: the desktop's whole process tree, server included, 1.5 s after the window)")
+    print(
         f"\nstarting {max(levels)} desktops took {boot_s:.1f} s; bench {time.perf_counter() - started:.0f} s"
     )
     if args.json:
@@ -281,6 +391,7 @@ async def main() -> int:
             "ratios": ratio,
             "steps_per_second": {str(k): v for k, v in throughput.items()},
             "raw_steps_per_second": {str(k): v for k, v in raw_throughput.items()},
+            "apps": apps,
             "boot_seconds": boot_s,
             "quick": args.quick,
         }

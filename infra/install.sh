@@ -24,8 +24,16 @@ APT_PACKAGES=(
   util-linux procps
   wmctrl sudo   # desktops: OSWorld window steps use wmctrl; tasks pipe a password into sudo -S
 )
-# The dashboard's browser test drives Debian's chromium (playwright never downloads a browser).
-if [ "$DEV" -eq 1 ]; then APT_PACKAGES+=(chromium); fi
+# OSWorld's apps, as its VM has them (runtime/envs/desktop/apps.py is the table; about 50 s
+# and 250 packages more on a fresh machine): Chrome is Debian's chromium behind socat, the
+# file types' apps (Impress, GIMP, VLC, Thunderbird, Nautilus, Evince, eog), GNOME Videos
+# (the VM's default video player, which xdg-mime reports), Picard (named by a task), and
+# xdg-utils for xdg-mime, and the small tools tasks' setups run, which they would apt-get
+# on the VM (a desktop has no network). The dashboard's browser test drives the same chromium.
+APT_PACKAGES+=(
+  chromium socat libreoffice-impress gimp vlc thunderbird nautilus evince eog totem picard
+  xdg-utils jq unzip xsel
+)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

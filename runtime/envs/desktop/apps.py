@@ -2,17 +2,39 @@
 
 A task names its apps several ways: `related_apps`/`snapshot` ("chrome", "vs_code"), the
 commands its setup launches (`google-chrome`, `socat`, `code`, `/usr/bin/thunderbird`), and
-the files it opens (a `.pptx` opens in Impress). `APPS` maps each to what must be installed
-here; `missing_app` says, in a sentence, why an app cannot run on this host.
+the files it opens (a `.pptx` opens in Impress). `APPS` is the one table of them: what must
+be installed here (executables, Debian packages, component files), what a file of each
+type opens in and how (`opener`, the window to wait for), and, where an app cannot be had
+at all, why. `missing_app` says in a sentence why an app cannot run on this host;
+`apps_in_command` finds the apps a setup command line starts. The desktop's `open` route
+and its `xdg-open` both pick the app from this table.
+
+Standard library only: the desktop server and its wrappers import it.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import shlex
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["App", "APPS", "app_for_command", "app_for_file", "app_named", "missing_app"]
+__all__ = [
+    "APPS",
+    "App",
+    "Opener",
+    "app_for_command",
+    "app_for_file",
+    "app_named",
+    "apps_in_command",
+    "apps_of_task",
+    "missing_app",
+    "opener_for",
+]
+
+_LO_REGISTRY = "/usr/lib/libreoffice/share/.registry"  # one .xcd per installed component
 
 
 @dataclass(frozen=True)
@@ -24,35 +46,93 @@ class App:
     packages: tuple[str, ...] = ()  # Debian packages that provide them
     commands: tuple[str, ...] = ()  # command names a task's setup launches it by
     extensions: tuple[str, ...] = ()  # files of these types open in it
-    aliases: tuple[str, ...] = field(default=())  # other spellings in `related_apps`
+    aliases: tuple[str, ...] = ()  # other spellings in `related_apps`
+    components: tuple[
+        str, ...
+    ] = ()  # glob patterns that must match a file (soffice alone is not Impress)
+    opener: tuple[str, ...] = ()  # argv a file is appended to, to open it in this app
+    window_class: str = ""  # WM_CLASS class of its windows (`wmctrl -lx`), for a new window
+    unavailable: str = ""  # why it cannot be had on this kind of host at all, if so
 
+
+@dataclass(frozen=True)
+class Opener:
+    """How the desktop opens one file: the command, and the window that shows it."""
+
+    app: App | None  # None: a program named by the path itself
+    argv: list[str]
+    title: str  # text the window's title contains once the file is open
+    window_class: str  # or: a new window of this class
+
+
+_IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".svg", ".ico")
+_VIDEO = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".wmv", ".flv", ".m4v", ".mpg", ".mpeg", ".3gp")
+_AUDIO = (".mp3", ".wav", ".ogg", ".flac", ".m4a", ".aac", ".opus", ".wma")
+_VS_CODE_MISSING = (
+    "the Visual Studio Code desktop app (`code`) is not packaged in Debian's archive, on "
+    "PyPI or on npm; npm's code-server serves the editor to a browser instead and, when "
+    "installed, compiles native modules (node-pty, sqlite3, spdlog) for Node.js 24 (this "
+    "machine's Debian Node.js is 20); it is not set up as `code` here"
+)
 
 APPS: dict[str, App] = {
     app.name: app
     for app in (
-        App("os", ("bash",), aliases=("OS", "terminal", "ubuntu")),
-        App("libreoffice_calc", ("soffice",), ("libreoffice-calc",), ("libreoffice",),
-            (".xlsx", ".xls", ".ods", ".csv"), ("libreoffice calc", "calc", "libreoffice")),
-        App("libreoffice_writer", ("soffice",), ("libreoffice-writer",), (),
-            (".docx", ".doc", ".odt", ".rtf"), ("writer", "Writer")),
-        App("libreoffice_impress", ("soffice",), ("libreoffice-impress",), (),
-            (".pptx", ".ppt", ".odp"), ("impress",)),
-        App("chrome", ("chromium", "socat"), ("chromium", "socat"), ("google-chrome", "socat"),
-            (".html", ".htm"), ("Chrome", "browser", "google-chrome")),
-        App("gimp", ("gimp",), ("gimp",), ("gimp",), (".xcf",), ("image",)),
-        App("vlc", ("vlc",), ("vlc",), ("vlc",), (".mp4", ".mp3", ".wav", ".avi", ".mkv"),
-            ("ubuntu_media_player",)),
-        App("thunderbird", ("thunderbird",), ("thunderbird",), ("thunderbird",
-            "/usr/bin/thunderbird"), (".eml",)),
-        App("nautilus", ("nautilus",), ("nautilus",), ("nautilus",)),
-        App("vs_code", ("code",), (), ("code",), (".py",), ("vscode",)),
-        App("pdf", ("evince",), ("evince",), (), (".pdf",)),
+        App("os", ("bash",), ("bash",), ("gnome-terminal", "xterm", "x-terminal-emulator"),
+            aliases=("OS", "terminal", "ubuntu")),
+        App("libreoffice_calc", ("soffice",), ("libreoffice-calc",), ("libreoffice", "soffice", "localc"),
+            (".xlsx", ".xls", ".ods", ".csv", ".tsv", ".xlsm"),
+            ("libreoffice calc", "calc", "libreoffice", "msoffice_excel", "excel"),
+            (f"{_LO_REGISTRY}/calc.xcd",), ("soffice", "--norestore", "--calc"),
+            "libreoffice-calc"),
+        App("libreoffice_writer", ("soffice",), ("libreoffice-writer",), ("lowriter",),
+            (".docx", ".doc", ".odt", ".rtf"), ("libreoffice writer", "writer"),
+            (f"{_LO_REGISTRY}/writer.xcd",), ("soffice", "--norestore", "--writer"),
+            "libreoffice-writer"),
+        App("libreoffice_impress", ("soffice",), ("libreoffice-impress",), ("loimpress",),
+            (".pptx", ".ppt", ".odp"), ("libreoffice impress", "impress"),
+            (f"{_LO_REGISTRY}/impress.xcd",), ("soffice", "--norestore", "--impress"),
+            "libreoffice-impress"),
+        App("chrome", ("chromium", "socat"), ("chromium", "socat"),
+            ("google-chrome", "google-chrome-stable", "chromium", "socat"), (".html", ".htm"),
+            ("browser", "google-chrome", "google_chrome"), opener=("google-chrome",),
+            window_class="Chromium"),
+        App("gimp", ("gimp",), ("gimp",), ("gimp",), (".xcf",), opener=("gimp",),
+            window_class="Gimp"),
+        App("image", ("eog",), ("eog",), ("eog",), _IMAGES, ("image viewer", "eog"),
+            opener=("eog",), window_class="Eog"),
+        App("vlc", ("vlc",), ("vlc",), ("vlc", "cvlc"), _VIDEO + _AUDIO,
+            ("ubuntu_media_player", "VLC"), ("/usr/lib/*/vlc/lua/intf/http.luac",),
+            ("vlc",), "vlc"),
+        App("thunderbird", ("thunderbird",), ("thunderbird",),
+            ("thunderbird", "/usr/bin/thunderbird"), (".eml",), ("Thunderbird",),
+            opener=("thunderbird",), window_class="thunderbird-default"),
+        App("nautilus", ("nautilus",), ("nautilus",), ("nautilus",), ("/",),
+            ("files", "file manager"), opener=("nautilus", "--new-window"),
+            window_class="org.gnome.Nautilus"),
+        App("pdf", ("evince",), ("evince",), ("evince",), (".pdf",), ("evince",
+            "document viewer"), opener=("evince",), window_class="Evince"),
+        App("text_editor", ("mousepad",), ("mousepad",), ("mousepad",),
+            (".txt", ".json", ".md", ".log", ".py", ".sh", ".xml", ".yaml", ".yml", ".ini"),
+            ("mousepad", "gedit", "text editor"), opener=("mousepad",), window_class="Mousepad"),
+        App("picard", ("picard",), ("picard",), ("picard",), window_class="picard"),
+        App("vs_code", ("code",), (), ("code",), aliases=("vscode", "visual studio code"),
+            opener=("code",), window_class="Code", unavailable=_VS_CODE_MISSING),
     )
 }  # fmt: skip
+TEXT_EDITOR = APPS["text_editor"]  # what a file of a type no app claims opens in
+FOLDER = "/"  # the `extensions` entry that stands for a folder
 
 _BY_NAME = {alias.lower(): app for app in APPS.values() for alias in (app.name, *app.aliases)}
 _BY_COMMAND = {cmd: app for app in APPS.values() for cmd in app.commands}
 _BY_EXTENSION = {ext: app for app in APPS.values() for ext in app.extensions}
+_LIBREOFFICE_SWITCHES = {
+    "--calc": APPS["libreoffice_calc"],
+    "--writer": APPS["libreoffice_writer"],
+    "--impress": APPS["libreoffice_impress"],
+}
+_OPERATORS = {"|", "||", "&", "&&", ";", "(", ")", "\n"}
+_PREFIXES = {"sudo", "nohup", "exec", "env", "setsid", "timeout", "time", "command"}
 
 
 def app_named(name: str) -> App | None:
@@ -66,17 +146,114 @@ def app_for_command(command: str) -> App | None:
 
 
 def app_for_file(path: str) -> App | None:
-    """The app a file of this type opens in on OSWorld's VM, if any."""
+    """The app a file of this type opens in on OSWorld's VM, if any (a path ending in / is a folder)."""
+    if path.endswith("/"):
+        return APPS["nautilus"]
     return _BY_EXTENSION.get(os.path.splitext(path)[1].lower())
+
+
+def apps_in_command(command: str | list[str]) -> list[App]:
+    """The apps a setup command (argv or shell line) starts, in order, each once.
+
+    Each simple command of a shell line counts (split at `|`, `&&`, `;`, ...), past
+    variable assignments and `sudo`/`nohup`/`env`/`setsid`/`timeout`; `sh -c SCRIPT` is read
+    too, and `libreoffice`/`soffice` means the component its switch (`--impress`) or its
+    documents name.
+    """
+    words = command if isinstance(command, list) else _shell_words(command)
+    found: list[App] = []
+    simple: list[str] = []
+    for word in [*words, ";"]:
+        if word not in _OPERATORS:
+            simple.append(word)
+            continue
+        found += _apps_of_simple_command(simple)
+        simple = []
+    return list(dict.fromkeys(found))
+
+
+def _apps_of_simple_command(words: list[str]) -> list[App]:
+    while words and ("=" in words[0].split("/")[0] or os.path.basename(words[0]) in _PREFIXES):
+        prefix = os.path.basename(words.pop(0))
+        while words and words[0].startswith("-"):  # the prefix's own options
+            words.pop(0)
+        if prefix == "timeout" and words:
+            words.pop(0)  # its duration
+    if not words:
+        return []
+    name = os.path.basename(words[0])
+    if name in ("sh", "bash", "dash") and "-c" in words[1:-1]:
+        return apps_in_command(words[words.index("-c") + 1])
+    app = app_for_command(words[0])
+    if app is not None and name in ("libreoffice", "soffice"):
+        app = _libreoffice_component(words[1:]) or app
+    return [app] if app is not None else []
+
+
+def apps_of_task(task: dict[str, Any]) -> list[App]:
+    """The apps an OSWorld task (its JSON) needs, in order, each once: its `related_apps`
+    we know, what its setup and postconfig commands start, and what its `open` steps open
+    (a path with no extension is a folder, as in OSWorld's tasks)."""
+    found = [app for name in task.get("related_apps") or [] if (app := app_named(str(name)))]
+    evaluator = task.get("evaluator")
+    steps = list(task.get("config") or [])
+    if isinstance(evaluator, dict):
+        steps += evaluator.get("postconfig") or []
+    for step in steps:
+        if not isinstance(step, dict) or not isinstance(step.get("parameters"), dict):
+            continue
+        kind, params = step.get("type"), step["parameters"]
+        command = params.get("command")
+        if kind in ("launch", "execute", "command") and isinstance(command, (str, list)):
+            found += apps_in_command(
+                [str(c) for c in command] if isinstance(command, list) else command
+            )
+        elif kind == "open" and isinstance(params.get("path"), str):
+            path = params["path"]
+            is_folder = not os.path.splitext(path.rstrip("/"))[1]
+            found.append(opener_for(path, is_folder).app or TEXT_EDITOR)
+    return list(dict.fromkeys(found))
 
 
 def missing_app(app: App) -> str | None:
     """Why `app` cannot run on this host (a sentence naming what is missing), or None if it can."""
     absent = [e for e in app.executables if not _installed(e)]
+    absent += [c for c in app.components if not glob.glob(c)]
     if not absent:
         return None
+    if app.unavailable:
+        return f"{app.name} cannot be had here: {app.unavailable}"
     hint = f" (Debian: {' '.join(app.packages)})" if app.packages else ""
     return f"{app.name} is not installed here: {', '.join(absent)} not found{hint}"
+
+
+def opener_for(path: str, is_folder: bool) -> Opener:
+    """How the desktop opens `path`: by its type's app, a folder in the file manager, else as text."""
+    name = os.path.basename(path.rstrip("/")) or path
+    app = APPS["nautilus"] if is_folder else app_for_file(path) or TEXT_EDITOR
+    stem = name if is_folder else os.path.splitext(name)[0] or name
+    return Opener(app, [*(app.opener or app.executables[:1]), path], stem, app.window_class)
+
+
+def _libreoffice_component(args: list[str]) -> App | None:
+    for arg in args:
+        if arg in _LIBREOFFICE_SWITCHES:
+            return _LIBREOFFICE_SWITCHES[arg]
+        if not arg.startswith("-"):
+            app = app_for_file(arg)
+            if app is not None and app.name.startswith("libreoffice"):
+                return app
+    return None
+
+
+def _shell_words(line: str) -> list[str]:
+    """A shell line split into words, with its operators as words of their own."""
+    lexer = shlex.shlex(line.replace("\n", " ; "), posix=True, punctuation_chars="|&;()")
+    lexer.whitespace_split = True
+    try:
+        return list(lexer)
+    except ValueError:  # unbalanced quotes: the best guess is whitespace
+        return line.split()
 
 
 def _installed(executable: str) -> bool:

@@ -1,7 +1,8 @@
 """Running commands for the desktop server: OSWorld's argv rules, timeouts, detached launches.
 
 Everything runs with the desktop's environment and `cwd=/home/user` inside the desktop's
-namespace; a timed-out command is killed with its whole process group.
+namespace, entering its network first (`enter`, the session's `enter_network`); a
+timed-out command is killed with its whole process group.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import asyncio
 import os
 import shlex
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,16 @@ def argv_of(command: Any, shell: bool) -> Any:
 
 
 async def run(
-    argv: Any, shell: bool, limit: float, env: dict[str, str], cwd: str | None = None
+    argv: Any,
+    shell: bool,
+    limit: float,
+    env: dict[str, str],
+    cwd: str | None = None,
+    enter: Callable[[], None] | None = None,
 ) -> dict:
     """Run a command to completion; return OSWorld's /execute shape."""
     options: dict[str, Any] = {
+        "preexec_fn": enter,
         "stdin": asyncio.subprocess.DEVNULL,
         "stdout": asyncio.subprocess.PIPE,
         "stderr": asyncio.subprocess.PIPE,
@@ -73,11 +81,14 @@ async def run(
     }
 
 
-async def spawn_detached(argv: Any, shell: bool, env: dict[str, str]) -> None:
+async def spawn_detached(
+    argv: Any, shell: bool, env: dict[str, str], enter: Callable[[], None] | None = None
+) -> None:
     """Start a program in its own session, re-parented to the namespace's init (which reaps it)."""
     full = ["setsid", "-f", "/bin/sh", "-c", argv] if shell else ["setsid", "-f", *argv]
     proc = await asyncio.create_subprocess_exec(
         *full,
+        preexec_fn=enter,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
@@ -87,11 +98,16 @@ async def spawn_detached(argv: Any, shell: bool, env: dict[str, str]) -> None:
     await proc.wait()
 
 
-async def find_window(title: str, env: dict[str, str]) -> str | None:
-    """Return the id of a window whose title contains `title`, from `wmctrl -l`."""
-    result = await run(["wmctrl", "-l"], False, 10, env=env)
+async def list_windows(env: dict[str, str]) -> list[tuple[str, str, str]]:
+    """Return (id, WM_CLASS as "instance.class", title) of every window, from `wmctrl -lx`."""
+    result = await run(["wmctrl", "-lx"], False, 10, env=env)
+    # A WM_CLASS may hold spaces (Chromium's names its profile folder): the host column,
+    # this machine's name, is what ends it.
+    host = f" {os.uname().nodename} "
+    windows = []
     for line in result.get("output", "").splitlines():
-        parts = line.split(None, 3)
-        if len(parts) == 4 and title in parts[3]:
-            return parts[0]
-    return None
+        parts = line.split(None, 2)
+        if len(parts) == 3:
+            wm_class, _, title = parts[2].partition(host)
+            windows.append((parts[0], wm_class.strip(), title))
+    return windows

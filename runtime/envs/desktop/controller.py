@@ -301,6 +301,19 @@ class DesktopController:
         r = await self._request("GET", "/scalecua/health", idempotent=True)
         return r.json()
 
+    async def port_address(self, port: int) -> tuple[str, int]:
+        """Return the (host, port) at which this machine reaches `port` of the desktop.
+
+        A desktop of ours has a network of its own (VLC's HTTP interface on 8080 and
+        Chrome's debugging port 9222 inside it, as on OSWorld's VM): its server forwards a
+        host loopback port there. An OSWorld VM's ports are reached at its address directly.
+        """
+        r = await self._request("POST", "/scalecua/forward", json={"port": port}, idempotent=True)
+        host = httpx.URL(self.base_url).host
+        if r.status_code == 404:  # not our server: the VM's own port
+            return host, port
+        return host, int(self._check(r, "forward").json()["port"])
+
     # -- agent side ---------------------------------------------------------------------
     async def observe(self, a11y: bool = False) -> Observation:
         """Return the screenshot (and the a11y tree when asked) the agent acts on."""

@@ -12,14 +12,9 @@ from urllib.parse import unquote, urlparse
 
 import aiohttp
 
+from runtime.envs.desktop.apps import Opener, opener_for
+
 _LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
-# Which app opens which file, as the Ubuntu image's defaults would.
-_OPENERS = {
-    ("soffice", "--norestore", "--calc"): {".xlsx", ".xls", ".csv", ".ods", ".tsv"},
-    ("soffice", "--norestore", "--writer"): {".docx", ".doc", ".odt", ".rtf"},
-    ("soffice", "--norestore", "--impress"): {".pptx", ".ppt", ".odp"},
-}
-_TEXT_EDITOR = "mousepad"  # everything else opens as text, as there is no xdg-open here
 
 
 class DownloadError(Exception):
@@ -97,21 +92,17 @@ def directory_tree(directory: Path) -> dict:
     return tree
 
 
-def open_command(target: Path) -> tuple[list[str], str]:
-    """Return the argv that opens `target` and the window-title text to wait for."""
+def open_command(target: Path) -> Opener:
+    """How to open `target`: in the app its type belongs to (apps.py), a folder in the file
+    manager; a path that is no file but a program on PATH is run."""
     try:
         exists = target.exists()
+        is_folder = exists and target.is_dir()
     except OSError:  # a folder on the way that the desktop may not enter
-        exists = False
+        exists = is_folder = False
     if not exists:
         found = shutil.which(str(target))
         if not found:
             raise FileNotFoundError(str(target))
-        return [found], target.name
-    suffix = target.suffix.lower()
-    for opener, suffixes in _OPENERS.items():
-        if suffix in suffixes:
-            return [*opener, str(target)], target.stem
-    if target.is_dir():
-        raise FileNotFoundError(f"{target} is a folder; there is no file manager to open it")
-    return [_TEXT_EDITOR, str(target)], target.name
+        return Opener(None, [found], target.name, "")
+    return opener_for(str(target), is_folder)

@@ -1,9 +1,14 @@
 """The home folder a desktop presents as /home/user, and restoring it between episodes.
 
 A restored home is what the user's home on OSWorld's VM image looks like: the folders of
-a fresh Ubuntu account, and a LibreOffice profile that has been through its first run
-(no Tip of the Day, no what's-new bar, no "Keep current format" question on saving a
-non-ODF file, no autosave), so an OSWorld task's keystrokes reach the document.
+a fresh Ubuntu account, and the apps' settings as the image has them, past their first
+run, so an OSWorld task's keystrokes reach the document and its checks read the same
+files: LibreOffice (no Tip of the Day, no what's-new bar, no "Keep current format"
+question on saving a non-ODF file, no autosave), VLC (no privacy question; the HTTP
+interface on with the password OSWorld's getters use), GIMP (an image's colour profile
+kept, without asking), and the default video player (GNOME Videos, as on Ubuntu; an
+OSWorld task asks to make VLC the default). Thunderbird's first-run defaults are the
+desktop's system preferences instead (init.py), because tasks unpack profiles of their own.
 """
 
 from __future__ import annotations
@@ -30,6 +35,23 @@ SKELETON_DIRS = (
 )
 # LibreOffice's default user profile (what `soffice` uses without -env:UserInstallation).
 LIBREOFFICE_PROFILE = ".config/libreoffice/4/user"
+# VLC's HTTP interface as OSWorld's VM has it (its getters read status.xml on 8080 with
+# this password); the first-run privacy question answered.
+VLC_HTTP_PASSWORD = "password"
+VLC_HTTP_PORT = 8080  # VLC's default, inside the desktop's own network
+_SETTINGS = {
+    ".config/vlc/vlcrc": (
+        "[qt]\nqt-privacy-ask=0\n\n"
+        f"[lua]\nhttp-password={VLC_HTTP_PASSWORD}\n\n"
+        "[core]\nextraintf=http\n"
+    ),
+    ".config/GIMP/2.10/gimprc": "(color-profile-policy keep)\n",
+    ".config/mimeapps.list": "[Default Applications]\n"
+    + "".join(
+        f"video/{kind}=org.gnome.Totem.desktop\n"
+        for kind in ("mp4", "x-matroska", "webm", "x-msvideo", "quicktime", "mpeg", "ogg")
+    ),
+}
 
 _REGISTRY = """<?xml version="1.0" encoding="UTF-8"?>
 <oor:items xmlns:oor="http://openoffice.org/2001/registry" \
@@ -90,3 +112,6 @@ def restore_home(home: Path) -> None:
     profile = home / LIBREOFFICE_PROFILE
     profile.mkdir(parents=True)
     (profile / "registrymodifications.xcu").write_text(libreoffice_registry(_libreoffice_version()))
+    for name, text in _SETTINGS.items():
+        (home / name).parent.mkdir(parents=True, exist_ok=True)
+        (home / name).write_text(text)

@@ -16,6 +16,11 @@ folders on its import path) stays visible, read-only: bound back into the tmpfs 
 folder it lives under (a clone and venv in /tmp or /home/alice), or, under a folder others
 may not enter (`/root` with pyenv), behind an empty tmpfs that holds only those folders.
 
+System settings of the apps as OSWorld's VM image has them (Thunderbird's first-run
+defaults) are added to the system's folders in this view only: each folder under
+`system/` beside this file (`system/etc/thunderbird/pref`) gets a read-only tmpfs holding
+the host's files plus ours; the host's folders stay untouched.
+
 The server's user namespace maps uids and gids 0..count-1 inside onto the host block
 [uid, uid + count) leased by the host: the agent is root inside, and an unprivileged,
 unshared uid on the host, with no capability over any mount, host file or other desktop.
@@ -39,6 +44,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 # World-writable on a Debian host: one tmpfs each per desktop, so no desktop meets another.
 _SHARED_SCRATCH = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 _COVERED = (*_SHARED_SCRATCH, "/home")  # each gets a tmpfs of its own in a desktop
+_SYSTEM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "system")
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -96,6 +102,7 @@ def _bind_readonly(path: str, fd: int) -> None:
 def _isolate(home: str, hide: str, uid: int) -> None:
     # Open what is bound later before anything is covered: the sources may be covered.
     home_fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+    additions = _system_additions()
     covered, exposed = [], {}
     for folder in _server_folders():
         if folder == "/home/user" or folder.startswith("/home/user/"):
@@ -120,10 +127,40 @@ def _isolate(home: str, hide: str, uid: int) -> None:
         _mount("tmpfs", closed, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0711")
         for folder, fd in prefixes:
             _bind_readonly(folder, fd)
+    for folder, files in additions.items():
+        _add_files(folder, files)
     # Cover every desktop's state folder last, so that no folder bound back above uncovers
     # it (unless it was under /tmp, covered already); the server keeps its run folder here.
     if hide and os.path.isdir(hide):
         _mount("tmpfs", hide, "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0700,{owned}")
+
+
+def _system_additions() -> dict[str, dict[str, bytes]]:
+    """Files under `system/` by the host folder they join, for folders the host has."""
+    additions: dict[str, dict[str, bytes]] = {}
+    for root, _dirs, names in os.walk(_SYSTEM):
+        folder = "/" + os.path.relpath(root, _SYSTEM)
+        if names and os.path.isdir(folder):
+            additions[folder] = {}
+            for name in names:
+                with open(os.path.join(root, name), "rb") as f:
+                    additions[folder][name] = f.read()
+    return additions
+
+
+def _add_files(folder: str, files: dict[str, bytes]) -> None:
+    """Show `folder` as the host's files (a flat folder of small ones) plus `files`, read-only."""
+    kept = {}
+    for entry in os.scandir(folder):
+        if entry.is_file():
+            with open(entry.path, "rb") as f:
+                kept[entry.name] = f.read()
+    _mount("tmpfs", folder, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755")
+    for name, data in {**kept, **files}.items():
+        fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    _mount("none", folder, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_RDONLY, None)
 
 
 def _makedirs(path: str) -> None:

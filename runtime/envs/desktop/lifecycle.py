@@ -174,6 +174,20 @@ class Desktop:
         """Whether the desktop's process tree is still running."""
         return self._proc.returncode is None and not self._stopped
 
+    def memory(self) -> dict[str, int]:
+        """Bytes of memory of every process of the desktop, server included: `pss` (shared
+        pages split among their users, so other desktops move it) and `uss` (its own alone)."""
+        total = {"pss": 0, "uss": 0}
+        for pid in self._cgroup.pids():
+            with contextlib.suppress(OSError):  # a process that just ended
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    name, _, value = line.partition(":")
+                    if name == "Pss":
+                        total["pss"] += int(value.split()[0]) * 1024
+                    elif name in ("Private_Clean", "Private_Dirty"):
+                        total["uss"] += int(value.split()[0]) * 1024
+        return total
+
     async def reset(self) -> None:
         """Close every app and window and restore the home skeleton; services stay warm."""
         if not self.alive:

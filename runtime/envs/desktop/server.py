@@ -29,6 +29,8 @@ from aiohttp import web
 
 from runtime.envs.desktop import commands, files, screen
 from runtime.envs.desktop.actions import CLICKS
+from runtime.envs.desktop.apps import Opener, missing_app
+from runtime.envs.desktop.forward import PortForwarder
 from runtime.envs.desktop.home import restore_home
 from runtime.envs.desktop.session import DesktopSession
 from runtime.envs.desktop.xinput import XInput
@@ -40,6 +42,8 @@ EXECUTE_TIMEOUT = 120.0  # OSWorld's default for /execute
 A11Y_TIMEOUT = 60.0
 _A11Y_SCRIPT = Path(__file__).with_name("a11y_dump.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"  # the only interpreter that can import Debian's pyatspi
+_ALREADY_OPEN_SECONDS = 3.0  # open_file: then a window already titled with the file will do
+_TITLE_SECONDS = 2.0  # open_file: a new window of the app's class not titled so by then will do
 
 
 class DesktopServer:
@@ -51,6 +55,8 @@ class DesktopServer:
         self._x = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x11")
         self._input: XInput | None = None
         self._grabber: screen.Grabber | None = None
+        assert session.netns_fd is not None, "start the session first"
+        self.forwarder = PortForwarder(session.netns_fd)
 
     # -- plumbing -----------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -77,6 +83,7 @@ class DesktopServer:
         r.add_post("/scalecua/action", self.action)
         r.add_post("/scalecua/reset", self.reset)
         r.add_get("/scalecua/health", self.health)
+        r.add_post("/scalecua/forward", self.forward)
         return app
 
     @web.middleware
@@ -103,6 +110,11 @@ class DesktopServer:
         if self._grabber is None:
             self._grabber = screen.Grabber(self.session.display)
         return self._grabber.png()
+
+    @property
+    def _inside(self) -> dict[str, Any]:
+        """How commands run: the desktop's environment, in the desktop's network."""
+        return {"env": self.session.env, "enter": self.session.enter_network}
 
     async def _json(self, request: web.Request) -> dict:
         try:
@@ -132,6 +144,7 @@ class DesktopServer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.session.env,
+            preexec_fn=self.session.enter_network,  # the AT-SPI bus may be an abstract socket
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), A11Y_TIMEOUT)
@@ -171,7 +184,7 @@ class DesktopServer:
         except ValueError as exc:
             return web.json_response({"status": "error", "message": str(exc)}, status=400)
         timeout = float(data.get("timeout") or EXECUTE_TIMEOUT)
-        result = await commands.run(argv, shell, timeout, env=self.session.env)
+        result = await commands.run(argv, shell, timeout, **self._inside)
         return web.json_response(result, status=200 if result["status"] == "success" else 500)
 
     async def run_python(self, request: web.Request) -> web.Response:
@@ -180,9 +193,7 @@ class DesktopServer:
         code = data.get("code")
         if not isinstance(code, str):
             return web.json_response({"status": "error", "message": "code is required"}, status=400)
-        result = await commands.run(
-            ["python", "-c", code], False, EXECUTE_TIMEOUT, env=self.session.env
-        )
+        result = await commands.run(["python", "-c", code], False, EXECUTE_TIMEOUT, **self._inside)
         ok = result["status"] == "success" and result.get("returncode") == 0
         return web.json_response(
             {
@@ -204,9 +215,7 @@ class DesktopServer:
             )
         cwd = data.get("working_dir") or str(HOME)
         timeout = float(data.get("timeout") or 30)
-        result = await commands.run(
-            ["bash", "-c", script], False, timeout, env=self.session.env, cwd=cwd
-        )
+        result = await commands.run(["bash", "-c", script], False, timeout, cwd=cwd, **self._inside)
         if result["status"] != "success":
             return web.json_response(
                 {"status": "error", "output": "", "error": result["message"], "returncode": -1}
@@ -220,7 +229,7 @@ class DesktopServer:
         shell = bool(data.get("shell", False))
         try:
             argv = commands.argv_of(data.get("command", "" if shell else []), shell)
-            await commands.spawn_detached(argv, shell, self.session.env)
+            await commands.spawn_detached(argv, shell, **self._inside)
         except (ValueError, OSError) as exc:
             return web.json_response({"status": "error", "message": str(exc)}, status=500)
         shown = argv if shell else " ".join(argv)
@@ -277,7 +286,8 @@ class DesktopServer:
 
     # -- windows ------------------------------------------------------------------------
     async def open_file(self, request: web.Request) -> web.Response:
-        """POST /setup/open_file {"path"}: open with the matching app, wait for its window."""
+        """POST /setup/open_file {"path"}: open in the app its type belongs to (apps.py), wait
+        for the window showing it, activate it."""
         data = await self._json(request)
         path = data.get("path")
         if not path:
@@ -285,19 +295,24 @@ class DesktopServer:
         target = Path(commands.expand(str(path)))
         timeout = float(data.get("timeout") or 60)
         try:
-            argv, title = files.open_command(target)
+            opener = files.open_command(target)
         except FileNotFoundError:
             return web.Response(text=f"Application/file not found: {path}", status=404)
-        await commands.spawn_detached(argv, False, self.session.env)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            window = await commands.find_window(title, self.session.env)
+        if opener.app is not None and (why := missing_app(opener.app)):
+            return web.Response(text=f"Cannot open {path}: {why}", status=500)
+        before = {wid: title for wid, _, title in await commands.list_windows(self.session.env)}
+        await commands.spawn_detached(opener.argv, False, **self._inside)
+        started = time.monotonic()
+        first_seen: dict[str, float] = {}
+        while time.monotonic() - started < timeout:
+            windows = await commands.list_windows(self.session.env)
+            window = _window_showing(opener, before, windows, started, first_seen)
             if window:
-                await commands.run(["wmctrl", "-i", "-a", window], False, 10, env=self.session.env)
+                await commands.run(["wmctrl", "-i", "-a", window], False, 10, **self._inside)
                 return web.Response(text="File opened and window activated successfully")
             await asyncio.sleep(0.2)
         return web.Response(
-            text=f"Failed to find window for {title} within {timeout} seconds.", status=500
+            text=f"Failed to find window for {opener.title} within {timeout} seconds.", status=500
         )
 
     async def activate_window(self, request: web.Request) -> web.Response:
@@ -388,6 +403,18 @@ class DesktopServer:
             {"status": "success", "killed": killed, "seconds": time.monotonic() - started}
         )
 
+    async def forward(self, request: web.Request) -> web.Response:
+        """POST /scalecua/forward {"port"}: the host loopback port that reaches `port` inside
+        the desktop's own network (VLC's 8080, Chrome's 9222), forwarding from now on."""
+        data = await self._json(request)
+        port = data.get("port")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            return web.json_response(
+                {"status": "error", "message": "port must be an integer in 1-65535"}, status=400
+            )
+        host_port = await self.forwarder.forward(port)
+        return web.json_response({"status": "success", "port": host_port})
+
     async def health(self, request: web.Request) -> web.Response:
         """GET /scalecua/health: which services are alive, and the display."""
         alive = self.session.alive()
@@ -407,6 +434,30 @@ class DesktopServer:
 
         self._x.submit(close_x).result(timeout=5)
         self._x.shutdown(wait=True)
+
+
+def _window_showing(
+    opener: Opener,
+    before: dict[str, str],
+    windows: list[tuple[str, str, str]],
+    started: float,
+    first_seen: dict[str, float],
+) -> str | None:
+    """The window that shows what `opener` opened: one whose title names the file and is new
+    or newly so titled (or, after a few seconds, already was: the file was open), or else a
+    new window of the app's class once it has had a moment to take the file's name (VLC
+    titles a song by its tags; Evince and Nautilus show a placeholder title at first)."""
+    now = time.monotonic()
+    settled = now - started > _ALREADY_OPEN_SECONDS
+    wanted_class = opener.window_class.lower()
+    by_class = None
+    for wid, wm_class, title in windows:
+        if opener.title in title and (before.get(wid) != title or settled):
+            return wid
+        if wid not in before and wanted_class and wm_class.lower().endswith("." + wanted_class):
+            if now - first_seen.setdefault(wid, now) > _TITLE_SECONDS:
+                by_class = by_class or wid
+    return by_class
 
 
 def _readable_file(path: Path) -> bool:
@@ -453,6 +504,7 @@ async def _serve(args: argparse.Namespace) -> int:
     ready = {"port": port, "display": session.display, "width": args.width, "height": args.height}
     print(json.dumps(ready), flush=True)
     await stop.wait()
+    await server.forwarder.close()
     await runner.cleanup()
     server.close()
     await asyncio.to_thread(session.kill_apps, set())

@@ -1,10 +1,12 @@
 """The processes of one desktop, started inside its namespace: Xvfb, dbus, AT-SPI, openbox.
 
-`DesktopSession.start()` brings them up with a readiness check each (Xvfb reports its display
-through -displayfd; dbus prints its address; openbox is ready once it sets
-_NET_SUPPORTING_WM_CHECK, and is retried because about one start in ten fails on a fresh
-display). `kill_apps()` is the fast half of a reset: it kills every process of the
-namespace except these services and the server, which stay warm between episodes.
+`DesktopSession.start()` first makes the desktop's own network (netns.py: loopback only;
+every process it starts, and every command the server runs, enters it), then brings them
+up with a readiness check each (Xvfb reports its display through -displayfd; dbus prints
+its address; openbox is ready once it sets _NET_SUPPORTING_WM_CHECK, and is retried
+because about one start in ten fails on a fresh display). `kill_apps()` is the fast half
+of a reset: it kills every process of the namespace except these services and the
+server, which stay warm between episodes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from Xlib import X, display
 
+from runtime.envs.desktop import netns
 from runtime.envs.desktop.wrappers import write_wrappers
 from runtime.errors import DesktopError
 from runtime.isolation.lifetime import alive
@@ -44,6 +47,7 @@ class DesktopSession:
     height: int = 800
     display: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    netns_fd: int | None = None  # holds the desktop's network namespace once started
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self) -> None:
@@ -55,11 +59,17 @@ class DesktopSession:
         write_xauthority(xauth)
         os.environ["XAUTHORITY"] = str(xauth)
         write_wrappers(self.run_dir / "bin")
+        self.netns_fd = netns.create_network()
         self._start_xvfb(xauth)
         self.env = self._build_env()
         self._start_dbus()
         self._start_atspi()
         self._start_openbox()
+
+    def enter_network(self) -> None:
+        """Move the calling process into the desktop's network (a `preexec_fn` for children)."""
+        if self.netns_fd is not None:
+            netns.enter(self.netns_fd)
 
     def core_pids(self) -> set[int]:
         """Return the pids of the services that survive a reset."""
@@ -116,7 +126,11 @@ class DesktopSession:
             "-nolisten", "tcp", "-nolisten", "local", "-dpi", "96", "-noreset",
         ]  # fmt: skip
         proc = subprocess.Popen(
-            argv, pass_fds=(write_fd,), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+            argv,
+            pass_fds=(write_fd,),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=self.enter_network,
         )
         os.close(write_fd)
         self._procs["xvfb"] = proc
@@ -149,6 +163,8 @@ class DesktopSession:
                 "LC_ALL": "C.UTF-8",
                 "SAL_USE_VCLPLUGIN": "gtk3",
                 "GTK_A11Y": "atspi",
+                # Gecko (Thunderbird) exposes its accessibility tree only when asked to.
+                "GNOME_ACCESSIBILITY": "1",
                 "SCALECUA_DESKTOP_ID": self.desktop_id,
                 # Our wrappers first (per-desktop LibreOffice profile), then the project's
                 # Python, whose `python` has pyautogui, as OSWorld's VM image does.
@@ -168,6 +184,7 @@ class DesktopSession:
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            preexec_fn=self.enter_network,
         )
         self._procs["dbus"] = proc
         line = _read_line(proc.stdout.fileno(), timeout=10.0)
@@ -185,6 +202,7 @@ class DesktopSession:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            preexec_fn=self.enter_network,
         )
         # Ready once the launcher owns org.a11y.Bus on the session bus; apps started
         # before that still register later, so a slow start is logged, not fatal.
@@ -194,7 +212,14 @@ class DesktopSession:
         ]  # fmt: skip
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline:
-            reply = subprocess.run(probe, env=self.env, capture_output=True, text=True, check=False)
+            reply = subprocess.run(
+                probe,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                check=False,
+                preexec_fn=self.enter_network,
+            )
             if "boolean true" in reply.stdout:
                 return
             time.sleep(0.02)
@@ -211,6 +236,7 @@ class DesktopSession:
                     env=self.env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
+                    preexec_fn=self.enter_network,
                 )
                 deadline = time.monotonic() + 5.0
                 while time.monotonic() < deadline and proc.poll() is None:

@@ -9,7 +9,12 @@ password at the prompt, so this keeps sudo's behaviour as they see it:
   left to the command; otherwise it prompts on the terminal without echo (no terminal:
   sudo's error); `-n` never prompts;
 - a wrong password gets "Sorry, try again." (three tries), then "N incorrect password
-  attempts" and status 1; a right one is remembered for 15 minutes per terminal;
+  attempts" and status 1; a right one is remembered for 15 minutes, as sudo's default
+  `timestamp_type=tty` keys it: per terminal session (the terminal, its session and that
+  session leader's start time) and, with no terminal, per parent process (its pid and
+  start time), so `echo password | sudo -S a && sudo b` in one shell asks once, as on the VM;
+- `-k` ignores (and with no command forgets) the remembered password, `-K` forgets it,
+  `-v` refreshes it;
 - `-s`/`-i` run a shell (with the command, if any); `-u`, `-E`, `-H` and the like are
   accepted and ignored (the command runs as root either way).
 
@@ -37,6 +42,7 @@ _VERSION = "Sudo version 1.9.13p3"
 def parse(argv: list[str]) -> tuple[dict[str, bool], list[str]]:
     """Split sudo's options from the command; return the flags that matter and the command."""
     flags = {"stdin": False, "shell": False, "login": False, "interactive": True}
+    flags |= {"reset": False, "remove": False, "validate": False}
     args = list(argv)
     while args and args[0].startswith("-") and args[0] != "-":
         arg = args.pop(0)
@@ -47,7 +53,8 @@ def parse(argv: list[str]) -> tuple[dict[str, bool], list[str]]:
             if name in _VALUED_LONG and not has_value and args:
                 args.pop(0)
             letters = {"--stdin": "S", "--shell": "s", "--login": "i", "--version": "V"}
-            letters["--non-interactive"] = "n"
+            letters |= {"--non-interactive": "n", "--reset-timestamp": "k"}
+            letters |= {"--remove-timestamp": "K", "--validate": "v"}
             arg = "-" + letters.get(name, "")
         for i, letter in enumerate(arg[1:]):
             if letter in _VALUED_SHORT:
@@ -61,6 +68,9 @@ def parse(argv: list[str]) -> tuple[dict[str, bool], list[str]]:
             flags["shell"] |= letter == "s"
             flags["login"] |= letter == "i"
             flags["interactive"] &= letter != "n"
+            flags["reset"] |= letter == "k"
+            flags["remove"] |= letter == "K"
+            flags["validate"] |= letter == "v"
     return flags, args
 
 
@@ -91,24 +101,61 @@ def _ask(fd: int, prompt_fd: int) -> str | None:
         os.write(prompt_fd, b"\n")
 
 
+def _stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name (state is [0])."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
 def _stamp() -> str | None:
-    """The file whose age says when this terminal last gave the password."""
-    try:
-        tty = os.ttyname(0)
-    except OSError:
-        return None
+    """The file whose age says when this terminal session (or, with none, parent) last
+    gave the password; None where there is nowhere to keep it."""
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    return os.path.join(runtime_dir, "sudo" + tty.replace("/", "_")) if runtime_dir else None
+    if not runtime_dir:
+        return None
+    try:
+        me = _stat_fields("self")
+        tty, session, parent = int(me[4]), int(me[3]), int(me[1])
+        # Start times (clock ticks since boot) tell a reused pid from the one remembered.
+        if tty:  # a controlling terminal, even when stdin is a pipe
+            key = f"tty{tty}-{session}-{_stat_fields(session)[19].decode()}"
+        else:
+            key = f"ppid{parent}-{_stat_fields(parent)[19].decode()}"
+    except (OSError, IndexError, ValueError):
+        return None
+    return os.path.join(runtime_dir, "sudo", key)
+
+
+def _remembered(stamp: str | None) -> bool:
+    """Whether `stamp` says the password was given less than the timeout ago."""
+    try:
+        return stamp is not None and time.time() - os.stat(stamp).st_mtime < _REMEMBER_SECONDS
+    except OSError:
+        return False
+
+
+def _remember(stamp: str | None) -> None:
+    if stamp:
+        os.makedirs(os.path.dirname(stamp), mode=0o700, exist_ok=True)
+        with open(stamp, "a"):
+            os.utime(stamp)
+
+
+def _forget(stamp: str | None) -> None:
+    if stamp:
+        try:
+            os.unlink(stamp)
+        except FileNotFoundError:
+            pass
 
 
 def authenticate(password: str, flags: dict[str, bool]) -> None:
     """Return if the right password was given (or recently); else exit as sudo does."""
     stamp = _stamp()
-    if (
-        stamp
-        and os.path.exists(stamp)
-        and time.time() - os.stat(stamp).st_mtime < _REMEMBER_SECONDS
-    ):
+    if not flags["reset"] and _remembered(stamp):
+        _remember(stamp)  # sudo restarts the timeout on every use
         return
     if flags["stdin"]:
         fd, prompt_fd = 0, 2
@@ -126,9 +173,8 @@ def authenticate(password: str, flags: dict[str, bool]) -> None:
     for _ in range(3):
         given = _ask(fd, prompt_fd)
         if given == password:
-            if stamp:
-                with open(stamp, "a"):
-                    os.utime(stamp)
+            if not flags["reset"]:  # `sudo -k cmd` asks this once and remembers nothing
+                _remember(stamp)
             return
         if given is None:
             sys.stderr.write("sudo: no password was provided\n")
@@ -145,6 +191,13 @@ def main() -> None:
     """Authenticate, then exec the command (or a shell) in this process."""
     password, argv = sys.argv[1], sys.argv[2:]
     flags, command = parse(argv)
+    if flags["remove"] or (flags["reset"] and not command and not flags["validate"]):
+        _forget(_stamp())  # `sudo -K` / `sudo -k`: the next sudo asks again
+        return
+    if flags["validate"]:
+        flags["reset"] = False
+        authenticate(password, flags)
+        return
     if not command and not (flags["shell"] or flags["login"]):
         sys.exit("usage: sudo [-S] [-u user] command [arg ...]")
     authenticate(password, flags)

@@ -8,10 +8,16 @@
 - `gnome-terminal` (what OSWorld's setups launch) and `x-terminal-emulator` (ctrl+alt+t):
   that logging xterm, with gnome-terminal's `--`, `-x`, `-e`, `--working-directory` and
   `--title` understood.
-- `xdg-open` (when xdg-utils is absent): the app OSWorld's image would pick by extension.
+- `xdg-open`: the app a file's type belongs to (apps.py, as the server's /setup/open_file),
+  a folder in the file manager, a web address in the browser.
+- `vlc`/`cvlc` (vlc_launch.py): VLC's launcher without its refusal to run as root.
+- `google-chrome`: Debian's Chromium with its profile where OSWorld's tasks look for
+  Chrome's (~/.config/google-chrome), without the first-run questions, and without the
+  sandbox, which cannot run as root (OSWorld's `--remote-debugging-port` passes through).
 
 LibreOffice needs no wrapper: it finds a running instance through a pipe in /tmp, and
 each desktop has its own /tmp, so its default profile (~/.config/libreoffice) is right.
+Nor do GIMP, Thunderbird, Nautilus, Evince and eog: their profiles live in the home.
 """
 
 from __future__ import annotations
@@ -19,11 +25,20 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from runtime.envs.desktop.apps import APPS, FOLDER, TEXT_EDITOR
+
 # Read by runtime.envs.tasks.getters (vm_terminal_output); emptied by every reset with the home.
 TERMINAL_LOG_DIR = "/home/user/.cache/scalecua-terminal"
 # The password of OSWorld's VM user, which its tasks pipe into `sudo -S`.
 VM_PASSWORD = "password"
 _SUDO = Path(__file__).with_name("sudo.py")
+_VLC = Path(__file__).with_name("vlc_launch.py")
+# Chrome's profile on OSWorld's VM, which its tasks read (Preferences, Bookmarks, History).
+CHROME_PROFILE = "/home/user/.config/google-chrome"
+_CHROME_FLAGS = (
+    f"--user-data-dir={CHROME_PROFILE} --no-first-run --no-default-browser-check "
+    "--password-store=basic --no-sandbox --test-type"  # test-type: no banner about no-sandbox
+)
 
 _XTERM = f"""#!/bin/sh
 mkdir -p {TERMINAL_LOG_DIR}
@@ -49,14 +64,29 @@ exec xterm -T "$title"
 """
 
 
-_XDG_OPEN = """#!/bin/sh
-case "$1" in
-  *.xlsx|*.xls|*.csv|*.ods|*.tsv) exec soffice --norestore --calc "$1" ;;
-  *.docx|*.doc|*.odt|*.rtf) exec soffice --norestore --writer "$1" ;;
-  *.pptx|*.ppt|*.odp) exec soffice --norestore --impress "$1" ;;
+def xdg_open_script() -> str:
+    """The desktop's `xdg-open`: a shell script made from apps.py's table of file types."""
+    cases = []
+    for app in APPS.values():
+        types = "|".join(f".{ext[1:]}" for ext in app.extensions if ext != FOLDER)
+        if types and app.opener:
+            cases.append(f'  {types}) exec {shlex.join(app.opener)} "$target" ;;')
+    folder = shlex.join(APPS["nautilus"].opener)
+    return f"""#!/bin/sh
+[ $# -ge 1 ] || {{ echo "usage: xdg-open {{ file | URL }}" >&2; exit 1; }}
+target="$1"
+case "$target" in
+  http://*|https://*) exec {shlex.join(APPS["chrome"].opener)} "$target" ;;
+  file://*) target="${{target#file://}}" ;;
 esac
-if [ -d "$1" ]; then cd "$1" && exec xterm; fi
-exec mousepad "$1"
+if [ -d "$target" ]; then
+  command -v {APPS["nautilus"].executables[0]} >/dev/null && exec {folder} "$target"
+  cd "$target" && exec xterm
+fi
+case ".$(printf '%s' "${{target##*.}}" | tr 'A-Z' 'a-z')" in
+{chr(10).join(cases)}
+esac
+exec {shlex.join(TEXT_EDITOR.opener)} "$target"
 """
 
 
@@ -68,9 +98,13 @@ def write_wrappers(bin_dir: Path) -> None:
         "xterm": _XTERM,
         "gnome-terminal": _GNOME_TERMINAL,
         "x-terminal-emulator": '#!/bin/sh\nexec xterm "$@"\n',
+        "xdg-open": xdg_open_script(),
+        # No sound card in a desktop: VLC's dummy audio output plays in real time, silently.
+        "vlc": f'#!/bin/sh\nexec /usr/bin/python3 -I {shlex.quote(str(_VLC))} --aout=adummy "$@"\n',
+        "cvlc": '#!/bin/sh\nexec vlc -I dummy "$@"\n',
+        "google-chrome": f'#!/bin/sh\nexec chromium {_CHROME_FLAGS} "$@"\n',
+        "google-chrome-stable": '#!/bin/sh\nexec google-chrome "$@"\n',
     }
-    if not Path("/usr/bin/xdg-open").exists():
-        scripts["xdg-open"] = _XDG_OPEN
     for name, text in scripts.items():
         path = bin_dir / name
         path.write_text(text)

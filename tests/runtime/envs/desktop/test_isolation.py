@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from runtime.envs.desktop.lifecycle import Desktop
@@ -310,3 +311,44 @@ async def test_each_desktop_has_its_own_tmp(desktop: Desktop, other: Desktop) ->
             assert made["returncode"] == 0, (shared, made)
             assert (await b.execute(["ls", f"{shared}/scalecua-probe"]))["returncode"] != 0
             assert not _exists(f"{shared}/scalecua-probe")
+
+
+# Inside a desktop: try to connect to 127.0.0.1:PORT; print what happened.
+_CONNECT = """
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=3).close()
+    print("connected")
+except OSError as exc:
+    print("refused", exc)
+"""
+
+
+async def test_each_desktop_has_its_own_network(desktop: Desktop, other: Desktop) -> None:
+    await desktop.reset()
+    await other.reset()
+    async with desktop.controller() as a, other.controller() as b:
+        # Both serve on 8080 (VLC's port on OSWorld's VM) at once, each its own page, one
+        # started as a command, one launched detached (the two ways apps start).
+        for ctl, name in ((a, "A"), (b, "B")):
+            await ctl.upload_file("/home/user/www/who.txt", f"desktop {name}\n".encode())
+        serve = ["python3", "-m", "http.server", "8080", "--bind", "127.0.0.1", "-d", "www"]
+        await a.launch(serve)
+        await b.launch(f"{' '.join(serve)} > /dev/null 2>&1", shell=True)
+        pages = {}
+        async with httpx.AsyncClient(timeout=5) as http:
+            for ctl, name in ((a, "A"), (b, "B")):
+                host, port = await ctl.port_address(8080)
+                assert port != 8080  # the host reaches it through the desktop's server
+                for _ in range(50):
+                    try:
+                        pages[name] = (await http.get(f"http://{host}:{port}/who.txt")).text
+                        break
+                    except httpx.TransportError:
+                        await asyncio.sleep(0.2)
+        assert pages == {"A": "desktop A\n", "B": "desktop B\n"}
+        # Nothing inside reaches the host's loopback: not a desktop server, not a forward.
+        b_forward = (await b.port_address(8080))[1]
+        for port in (int(desktop.base_url.rsplit(":", 1)[1]), b_forward):
+            probe = await a.execute(["python", "-c", _CONNECT, str(port)])
+            assert probe["output"].startswith("refused"), (port, probe)

@@ -89,6 +89,8 @@ async def test_controller_detects_a_server_without_our_route(desktop: Desktop, x
             result = await vm.step({"action": "right_click", "coordinate": [500, 500]})
             assert result.ok, result.error
             assert vm._native is False
+            # An OSWorld VM's ports are reached at its own address.
+            assert await vm.port_address(8080) == ("127.0.0.1", 8080)
     finally:
         await runner.cleanup()
     presses = await xev.events(("ButtonPress",))
