@@ -33,6 +33,8 @@ APT_PACKAGES=(
 APT_PACKAGES+=(
   chromium socat libreoffice-impress gimp vlc thunderbird nautilus evince eog totem picard
   xdg-utils jq unzip xsel
+  python3-uno   # tests edit a running Calc through UNO (as its menus would) before it saves
+  libglib2.0-bin gsettings-desktop-schemas dconf-gsettings-backend   # gsettings, as on the VM
 )
 
 missing=()
