@@ -140,10 +140,10 @@ def test_the_apps_a_task_needs_come_from_what_it_names_launches_opens_and_reads(
     }
     assert unknown == []
     listed = Task.from_dict(
-        {**task.to_dict(), "snapshot": "chrome", "related_apps": ["vlc", "picard"]}
+        {**task.to_dict(), "snapshot": "chrome", "related_apps": ["vlc", "kdenlive"]}
     )
     needed, unknown = apps_needed(listed)
-    assert "vlc" in needed and needed["vlc"][1] == "related_apps" and unknown == ["picard"]
+    assert "vlc" in needed and needed["vlc"][1] == "related_apps" and unknown == ["kdenlive"]
     assert needed["chrome"][1] == "config step 0 runs google-chrome"  # not from the snapshot
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -87,42 +86,6 @@ def _keys(*keys: str, pause: float = 0.6) -> list[dict[str, Any]]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-_PATCH_VLC = """
-import sys
-data = open("/usr/bin/vlc", "rb").read()
-with open(sys.argv[1], "wb") as f:
-    f.write(data.replace(b"geteuid", b"getppid"))
-"""
-
-
-async def _vlc_as_on_the_vm(ctl: Any) -> None:
-    """VLC as OSWorld's VM has it: the HTTP interface on (password `password`, here on a free
-    loopback port, since the desktops share the host's network), no first-run privacy
-    question, and a `vlc` the desktop's root may start. Each part is done only when the
-    desktop does not already provide it."""
-    version = await ctl.execute(["vlc", "--version"], timeout=30)
-    if "not supposed to be run as root" in version.get("output", "") + version.get("error", ""):
-        # The desktop's user is root inside its namespace and /usr/bin/vlc refuses uid 0;
-        # a copy of that small launcher whose check calls getppid() runs the same VLC.
-        await ctl.execute(
-            ["sh", "-c", 'python3 -c "$0" "$(dirname "$(command -v sudo)")/vlc"', _PATCH_VLC]
-        )
-        await ctl.execute(["sh", "-c", 'chmod 755 "$(dirname "$(command -v sudo)")/vlc"'])
-    vlcrc = (
-        "[qt]\nqt-privacy-ask=0\n\n[lua]\nhttp-password=password\n\n"
-        f"[core]\nextraintf=http\nhttp-host=127.0.0.1\nhttp-port={_free_port()}\n"
-    )
-    if await ctl.get_file("/home/user/.config/vlc/vlcrc") is None:
-        await ctl.execute(["mkdir", "-p", "/home/user/.config/vlc"])
-        await ctl.upload_file("/home/user/.config/vlc/vlcrc", vlcrc.encode())
-
-
 async def _click_on(ctl: Any, title: str) -> dict[str, Any]:
     """A left click in the middle of the visible window named `title` (a regex), as an agent
     clicks on an app it sees; the task's own setup click may have left it unfocused."""
@@ -145,8 +108,6 @@ async def _scores(
     await desktop.reset()
     out = []
     async with desktop.controller() as ctl:
-        if vlc:
-            await _vlc_as_on_the_vm(ctl)
         await run_setup(ctl, task)
         # Polled, not `--sync`: xdotool's search dies with BadWindow when a window it walks
         # closes meanwhile (GIMP's splash does while the image window opens).
@@ -238,7 +199,8 @@ async def test_default_video_player_wallpaper_and_vlc_config_getters(task_deskto
         wallpaper = await get_state(ctx, {"type": "vm_wallpaper", "dest": "wallpaper.png"})
         assert await asyncio.to_thread(Path(wallpaper).read_bytes) == picture
 
-        assert await get_state(ctx, {"type": "vlc_config", "dest": "vlcrc"}) is None
+        seeded = await get_state(ctx, {"type": "vlc_config", "dest": "vlcrc"})  # as on the VM
+        assert "extraintf=http" in await asyncio.to_thread(Path(seeded).read_text)
         await ctl.execute(["mkdir", "-p", "/home/user/.config/vlc"])
         await ctl.upload_file("/home/user/.config/vlc/vlcrc", b"[qt]\nqt-bgcone=0\n")
         vlcrc = await get_state(ctx, {"type": "vlc_config", "dest": "vlcrc"})
