@@ -14,6 +14,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from runtime.envs.desktop.chrome import seed_profile
+
 # The folders of a fresh Ubuntu account, which OSWorld tasks assume exist.
 SKELETON_DIRS = (
     "Desktop",
@@ -90,3 +92,4 @@ def restore_home(home: Path) -> None:
     profile = home / LIBREOFFICE_PROFILE
     profile.mkdir(parents=True)
     (profile / "registrymodifications.xcu").write_text(libreoffice_registry(_libreoffice_version()))
+    seed_profile(home)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from runtime.envs.tasks.metrics import chrome
 from runtime.envs.tasks.metrics.docs import compare_docx_files, compare_text_file
 from runtime.envs.tasks.metrics.general import (
     check_include_exclude,
@@ -39,6 +40,7 @@ METRICS: dict[str, Callable[..., float]] = {
     "compare_docx_files": compare_docx_files,
     "compare_table": compare_table,
     "sandboxed_judge": sandboxed_judge,
+    **chrome.METRICS,
 }
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.model import Task
-from runtime.envs.tasks.setup import basic
+from runtime.envs.tasks.setup import basic, chrome
 from runtime.envs.tasks.setup.sources import CLIENT_PASSWORD, DESKTOP_HOME, fetch_source
 from runtime.envs.tasks.setup.step import Step
 from runtime.errors import TaskError
@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 
 SETUP_STEPS: dict[str, Step] = {
     **basic.STEPS,
+    **chrome.STEPS,
 }
 
 
