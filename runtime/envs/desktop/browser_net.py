@@ -66,6 +66,7 @@ _CLONE_NEWNET = 0x40000000
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP, _IFF_LOOPBACK, _IFF_RUNNING = 0x1, 0x8, 0x40
 _CHUNK = 1 << 16
+HANDSHAKE_TIMEOUT = 10.0  # seconds for a client to say where it wants to go
 _libc = ctypes.CDLL(None, use_errno=True)
 T = TypeVar("T")
 
@@ -227,18 +228,26 @@ class BrowserNetwork:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            await self._socks(reader, writer)
-        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
-            pass
+            async with asyncio.timeout(HANDSHAKE_TIMEOUT):
+                target = await self._request(reader, writer)
+            if target is not None:
+                await self._forward(target, reader, writer)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError, TimeoutError):
+            pass  # a client that does not speak SOCKS5, or went away: only its connection ends
         finally:
             writer.close()
 
-    async def _socks(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _request(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> tuple[str, int] | None:
+        """Read the greeting and the CONNECT request; the destination to open, or None (the
+        refusal is written)."""
         version, count = await reader.readexactly(2)
-        methods = await reader.readexactly(count)
-        if version != 5 or 0 not in methods:
+        if version != 5:
+            return None
+        if 0 not in await reader.readexactly(count):
             writer.write(b"\x05\xff")  # no acceptable method
-            return
+            return None
         writer.write(b"\x05\x00")
         _, command, _, kind = await reader.readexactly(4)
         if kind == 1:
@@ -249,21 +258,25 @@ class BrowserNetwork:
             host = (await reader.readexactly((await reader.readexactly(1))[0])).decode("idna")
         else:
             writer.write(_reply(8))
-            return
+            return None
         (port,) = struct.unpack("!H", await reader.readexactly(2))
         if command != 1:
             writer.write(_reply(7))  # only CONNECT
-            return
+            return None
         target = self.destination(host, port)
         if target is None:
             log.info("browser gateway: refused %s:%d (policy %s)", host, port, self.policy)
             writer.write(_reply(2))
-            return
+        return target
+
+    async def _forward(
+        self, target: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """Connect to target from the desktop's network and copy both ways until both end."""
         try:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*target), 30)
         except (OSError, TimeoutError) as exc:
-            refused = isinstance(exc, ConnectionRefusedError)
-            writer.write(_reply(5 if refused else 4))
+            writer.write(_reply(5 if isinstance(exc, ConnectionRefusedError) else 4))
             return
         writer.write(_reply(0))
         try:

@@ -120,10 +120,16 @@ class Browser:
         return reply.get("result", {})
 
     def events(self) -> asyncio.Queue:
-        """A queue that receives every event from now on (`{"method", "params", "sessionId"}`)."""
+        """A queue that receives every event from now on (`{"method", "params", "sessionId"}`);
+        `unlisten` it when done."""
         queue: asyncio.Queue = asyncio.Queue()
         self._listeners.append(queue)
         return queue
+
+    def unlisten(self, queue: asyncio.Queue) -> None:
+        """Stop feeding a queue from `events`."""
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(queue)
 
     async def _read(self) -> None:
         try:
@@ -212,12 +218,15 @@ class Page:
         return await self.browser.send(method, params, self.session, timeout)
 
     async def evaluate(self, expression: str, timeout: float = 30.0) -> Any:  # noqa: ASYNC109
-        """The JSON value of a JavaScript expression in the tab (promises awaited)."""
-        result = await self.send(
-            "Runtime.evaluate",
-            {"expression": expression, "returnByValue": True, "awaitPromise": True},
-            timeout,
-        )
+        """The JSON value of a JavaScript expression in the tab (promises awaited); it runs
+        as if the user acted (a click it makes may open a new tab, as a real click would)."""
+        params = {
+            "expression": expression,
+            "returnByValue": True,
+            "awaitPromise": True,
+            "userGesture": True,
+        }
+        result = await self.send("Runtime.evaluate", params, timeout)
         if "exceptionDetails" in result:
             details = result["exceptionDetails"]
             text = details.get("exception", {}).get("description") or details.get("text")
@@ -231,6 +240,25 @@ class Page:
         if result.get("errorText"):  # an error page is loaded instead (unreachable host...)
             return False
         return await self.wait_loaded(max(0.0, deadline - time.monotonic()))
+
+    async def act(
+        self,
+        expression: str,
+        settle: float = 0.5,
+        timeout: float = 60.0,  # noqa: ASYNC109 - for a navigation it starts to load
+    ) -> Any:
+        """Evaluate `expression` (a click...); if the tab starts navigating within `settle` s,
+        wait for the new document to load. Returns the expression's value."""
+        events = self.browser.events()
+        try:
+            await self.send("Page.enable")
+            value = await self.evaluate(expression)
+            if await _next_event(events, self.session, _NAVIGATING, settle):
+                await _next_event(events, self.session, ("Page.frameNavigated",), timeout)
+                await self.wait_loaded(timeout)
+            return value
+        finally:
+            self.browser.unlisten(events)
 
     async def wait_loaded(self, timeout: float = 30.0) -> bool:  # noqa: ASYNC109
         """Wait until the document has loaded (readyState complete); False on timeout."""
@@ -267,6 +295,35 @@ class Page:
         }
         result = await self.send("Page.printToPDF", options, timeout=120)
         return base64.b64decode(result["data"])
+
+
+_NAVIGATING = (
+    "Page.frameRequestedNavigation",
+    "Page.frameStartedNavigating",
+    "Page.frameStartedLoading",
+)
+
+
+async def _next_event(
+    events: asyncio.Queue,
+    session: str,
+    methods: tuple[str, ...],
+    timeout: float,  # noqa: ASYNC109
+) -> bool:
+    """Wait for one of `methods` from the tab's session (a main-frame event); False on timeout."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                event = await events.get()
+                frame = event.get("params", {}).get("frame", {})
+                if (
+                    event.get("sessionId") == session
+                    and event.get("method") in methods
+                    and not frame.get("parentId")
+                ):
+                    return True
+    except TimeoutError:
+        return False
 
 
 async def _browser_url(http: aiohttp.ClientSession, base: str, port: int, timeout: float) -> str:  # noqa: ASYNC109

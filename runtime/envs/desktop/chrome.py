@@ -33,7 +33,6 @@ from pathlib import Path
 
 __all__ = [
     "CHROMIUM",
-    "STOPPING",
     "WAIT_STOPPED",
     "CHROME_FLAGS_ENV",
     "PROFILE",
@@ -48,6 +47,8 @@ PROFILE = ".config/google-chrome"  # the user data folder OSWorld's getters read
 CHROME_FLAGS_ENV = "SCALECUA_CHROME_FLAGS"
 _HOME = "/home/user"
 BROWSER_NAMES = ("google-chrome", "google-chrome-stable", "chromium", "chromium-browser")
+# What a browser wrapper that is still waiting is named (a process name keeps 15 characters).
+_WRAPPER_COMMS = ("google-chrome", "google-chrome-s", "chromium-browse")
 
 # Google as Google Chrome sets it (prepopulated engine 1); Debian's chromium would pick
 # DuckDuckGo. Tasks search in the address bar and expect www.google.com/search?q=...
@@ -101,18 +102,23 @@ def chrome_flags(gateway_port: int | None) -> list[str]:
     return flags
 
 
-# While `pkill chrome` waits for the browser to finish exiting (it saves its profile then),
-# this file exists; the browser wrapper and the profile getters wait for it to go, as the
-# VM's slower steps give the browser time to (OSWorld's postconfig kills and relaunches it
-# at once, then reads the profile).
-STOPPING = "/tmp/.scalecua-browser-stopping"
-# A shell command that returns once no `pkill chrome` is waiting (at most 15 s).
-WAIT_STOPPED = f"i=0; while [ -e {STOPPING} ] && [ $i -lt 150 ]; do sleep 0.1; i=$((i + 1)); done"
+# OSWorld's postconfig kills the browser and starts it again at once, then reads the
+# profile, which the browser saves as it exits; a `launch` step returns before its `pkill`
+# has even run. So while a `pkill ... chrom...` process exists (from the moment `launch`
+# forks it), the browser wrapper and the profile getters wait, at most 15 s; and a bare
+# `pkill chrome` lasts until the browser is gone.
+WAIT_STOPPED = (
+    "i=0; while /usr/bin/pgrep -f '[p]kill .*chrom' >/dev/null && [ $i -lt 150 ]; "
+    "do sleep 0.1; i=$((i + 1)); done"
+)
 
 _BROWSER = """#!/bin/sh
 # google-chrome as on OSWorld's VM: Debian's chromium (runtime/envs/desktop/chrome.py)
 {wait}
 export ACCESSIBILITY_ENABLED=1
+# Launchers the browser writes (Create shortcut) start it through this wrapper, as Debian's
+# /usr/bin/chromium arranges for its own.
+export CHROME_WRAPPER="$(command -v google-chrome)"
 exec {enter}{chromium} {flags} ${flags_env} "$@"
 """
 
@@ -132,8 +138,9 @@ exec {enter}/usr/bin/socat "$@"
 """
 
 # The browser's processes are named chromium here, chrome on the VM: a pattern that matches
-# "chrome" and not "chromium" gets "|^chromium$". A bare `pkill chrome` also waits (up to
-# 15 s) for the browser to exit.
+# "chrome" and not "chromium" gets "|^chromium$". A bare `pkill chrome` spares a starting
+# browser's wrapper (it waits for this pkill before it starts the browser) and lasts until
+# the browser has exited (at most 15 s).
 _PROCESS_TOOL = """#!/bin/sh
 # {tool} as on OSWorld's VM, where the browser's processes are named chrome (chrome.py)
 n=$#
@@ -153,13 +160,18 @@ shift "$n"
 if [ {tool} != pkill ] || [ -z "$browser" ] || [ "$n" -ne 1 ]; then
   exec /usr/bin/{tool} "$@"
 fi
-touch {stopping}
-/usr/bin/pkill "$@"
-status=$?
+victims=
+for pid in $(/usr/bin/pgrep -- "$1"); do
+  case "$(cat /proc/$pid/comm 2>/dev/null)" in
+    {wrappers}) ;;
+    *) victims="$victims $pid" ;;
+  esac
+done
+[ -n "$victims" ] || exit 1
+kill $victims 2>/dev/null
 i=0
 while [ $i -lt 150 ] && /usr/bin/pgrep -x chromium >/dev/null; do sleep 0.1; i=$((i + 1)); done
-rm -f {stopping}
-exit $status
+exit 0
 """
 
 
@@ -173,7 +185,7 @@ def wrapper_scripts(netns: str | None, gateway_port: int | None) -> dict[str, st
     scripts = {name: browser for name in BROWSER_NAMES}
     scripts["socat"] = _SOCAT.format(enter=enter)
     for tool in ("pkill", "pgrep"):
-        scripts[tool] = _PROCESS_TOOL.format(tool=tool, stopping=STOPPING)
+        scripts[tool] = _PROCESS_TOOL.format(tool=tool, wrappers="|".join(_WRAPPER_COMMS))
     return scripts
 
 

@@ -3,7 +3,8 @@
 A restored home is what the user's home on OSWorld's VM image looks like: the folders of
 a fresh Ubuntu account, and a LibreOffice profile that has been through its first run
 (no Tip of the Day, no what's-new bar, no "Keep current format" question on saving a
-non-ODF file, no autosave), so an OSWorld task's keystrokes reach the document.
+non-ODF file, no autosave), so an OSWorld task's keystrokes reach the document, and a
+browser profile past its first run (chrome.py).
 """
 
 from __future__ import annotations

@@ -294,19 +294,23 @@ async def get_shortcuts_on_desktop(ctx: EvalContext, config: dict[str, Any]) -> 
 # -- the address bar ------------------------------------------------------------------------------
 async def active_url(ctx: EvalContext, config: dict[str, Any]) -> str | None:
     """The active tab's URL as the address bar shows it, after `goto_prefix` ("https://")."""
-    try:
-        tree = await ctx.controller.accessibility_tree(compact=True)
-        root = ET.fromstring(tree)
-    except (ET.ParseError, TypeError) as exc:
-        log.info("no accessibility tree to read the address bar from: %s", exc)
-        return None
-    bars = [
-        entry
-        for app in root.iter("application")
-        if app.get("name") in BROWSER_APPS
-        for entry in app.iter("entry")
-        if entry.get("name") == ADDRESS_BAR
-    ]
+    bars: list[ET.Element] = []
+    # What shows first (fast); the whole tree when the browser's window is not showing.
+    for compact in (True, False):
+        try:
+            root = ET.fromstring(await ctx.controller.accessibility_tree(compact=compact))
+        except (ET.ParseError, TypeError) as exc:
+            log.info("no accessibility tree to read the address bar from: %s", exc)
+            return None
+        bars = [
+            entry
+            for app in root.iter("application")
+            if app.get("name") in BROWSER_APPS
+            for entry in app.iter("entry")
+            if entry.get("name") == ADDRESS_BAR
+        ]
+        if bars:
+            break
     if not bars or not (bars[-1].text or "").strip():
         return None
     return f"{config.get('goto_prefix', 'https://')}{(bars[0].text or '').strip()}"
@@ -528,16 +532,9 @@ async def _element(page: Page, selector: str, timeout: float = 10.0) -> None:  #
 
 
 async def _click(page: Page, selector: str) -> None:
-    """Click the element and give a navigation it starts the time to load."""
+    """Click the element and let a navigation it starts load."""
     await _element(page, selector)
-    await page.evaluate("window.__scalecuaOldDocument = true")
-    await _call(page, "sel => document.querySelector(sel).click()", selector)
-    for _ in range(30):  # a click that navigates replaces the document within a few seconds
-        await asyncio.sleep(0.1)
-        with contextlib.suppress(ChromeError):
-            if await page.evaluate("window.__scalecuaOldDocument !== true"):
-                break
-    await page.wait_loaded(LOAD_TIMEOUT)
+    await page.act(f"document.querySelector({json.dumps(selector)}).click()", timeout=LOAD_TIMEOUT)
 
 
 async def get_info_from_website(ctx: EvalContext, config: dict[str, Any]) -> Any:

@@ -43,6 +43,16 @@ RESULTS_HTML = """<!DOCTYPE html><html><head><title>Results</title></head><body>
 SECOND_HTML = (
     "<html><head><title>Second page</title></head><body><h1 id='t'>Second</h1></body></html>"
 )
+# recreation.gov as the getter that scores OSWorld's task b4f95342 walks it: search, a
+# result that opens a new tab, a "next available" button that fills in the dates.
+RECREATION_HTML = """<html><body><input id="hero-search-input">
+<button class="nav-search-button" onclick="document.getElementById('r').hidden = false">Go</button>
+<a id="r" hidden class="search-result-highlight--success" href="/camping/233" target="_blank">Albion</a>
+</body></html>"""
+CAMPGROUND_HTML = """<html><body><button class="next-available" onclick="
+for (const d of ['Site', 'Loop', 'Jun 3']) { const e = document.createElement('div');
+e.className = 'camp-sortable-column-header'; e.textContent = d; document.body.append(e); }">
+Next available</button></body></html>"""
 LAUNCH = [
     {
         "type": "launch",
@@ -61,6 +71,8 @@ async def sites() -> AsyncIterator[LoopbackSites]:
     pages = {
         ("www.example.com", "/search/results-page"): RESULTS_HTML,
         ("www.example.com", "/second"): SECOND_HTML,
+        ("www.recreation.gov", "/"): RECREATION_HTML,
+        ("www.recreation.gov", "/camping/233"): CAMPGROUND_HTML,
     }
     async with LoopbackSites(pages) as served:
         yield served
@@ -70,7 +82,8 @@ async def sites() -> AsyncIterator[LoopbackSites]:
 async def desktop(sites: LoopbackSites, task_desktop_root: Path) -> AsyncIterator[Desktop]:
     """One desktop whose browser reaches the loopback sites (and may load extensions)."""
     with sites.desktop_env(
-        ["www.example.com", "news.example.org"], flags=("--enable-unsafe-extension-debugging",)
+        ["www.example.com", "news.example.org", "www.recreation.gov"],
+        flags=("--enable-unsafe-extension-debugging",),
     ):
         started = await Desktop.start(root=task_desktop_root)
     try:
@@ -226,6 +239,9 @@ async def test_page_getters_read_the_pages_the_browser_shows(ctx: EvalContext) -
     assert await get_state(ctx, spec) == ["Mon, Dec 1, 2025", "/second", "Second"]
     broken = {**spec, "infos": [{"action": "scroll", "selector": "#next"}]}
     assert await get_state(ctx, broken) == ["b"]  # (a missing element: after 10 s, as OSWorld)
+    spec = {"type": "gotoRecreationPage_and_get_html_content", "selector": "class"}
+    camp = await get_state(ctx, {**spec, "class": "camp-sortable-column-header", "order": "2"})
+    assert camp == {"expected": {"camp-sortable-column-header": "Jun 3"}}
     # The getters' own tabs are closed again: only the task's tabs are open.
     assert len(await get_state(ctx, {"type": "open_tabs_info"})) == 2
 
