@@ -13,6 +13,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from runtime.envs.desktop.browser_net import HostMap, is_loopback
@@ -64,15 +65,28 @@ async def test_each_desktop_has_its_own_browser_on_the_same_ports(
             assert await page.evaluate("document.title") == "Served here"
             assert "https://www.example.com/" in [p["url"] for p in await browser_a.pages()]
             assert "https://www.example.com/" not in [p["url"] for p in await browser_b.pages()]
-            ids = {
-                (await browser.send("Target.getTargetInfo"))["targetInfo"]["targetId"]
-                for browser in (browser_a, browser_b)
-            }
-            assert len(ids) == 2
-        # Nothing outside the browser's network reaches its ports: not a terminal of the
-        # desktop (which shares the host's network), so neither the host.
-        probe = await ctl_a.execute("curl -s -m 2 http://127.0.0.1:9222/json/version", shell=True)
-        assert not any(i in probe["output"] for i in ids)
+        # Each browser's id, as its debugging port announces it through the relay.
+        ids = set()
+        for desktop in (a, b):
+            async with httpx.AsyncClient(
+                base_url=desktop.base_url, headers={"Authorization": f"Bearer {desktop.token}"}
+            ) as http:
+                version = (await http.get("/scalecua/chrome/9222/json/version")).json()
+            ids.add(version["webSocketDebuggerUrl"].rsplit("/", 1)[1])
+        assert len(ids) == 2
+        # Nothing outside the browser's network reaches its ports: not a program of the
+        # desktop (which shares the host's network), so neither the host; inside, one does.
+        fetch = (
+            'python3 -c "import urllib.request as u; '
+            "print(u.urlopen('http://127.0.0.1:9222/json/version', timeout=2).read().decode())\""
+        )
+        outside = await ctl_a.execute(fetch, shell=True)
+        assert not any(i in outside["output"] for i in ids)
+        netns = (await ctl_a.execute("grep -o 'net=[^ ]*' \"$(command -v socat)\"", shell=True))[
+            "output"
+        ]
+        inside = await ctl_a.execute(f"nsenter --{netns.strip()} -- {fetch}", shell=True)
+        assert any(i in inside["output"] for i in ids), inside
         # The profile is the VM's folder, seeded past its first run, Google searching.
         prefs = json.loads(
             await ctl_a.get_file("/home/user/.config/google-chrome/Default/Preferences")
