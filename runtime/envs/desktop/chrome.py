@@ -18,7 +18,9 @@ work with chromium:
 - `socat`: the real one, run in the browser network, where port 1337 is; its listening
   addresses get `reuseaddr` so a reset desktop can listen on 9222 again at once.
 - `pkill`, `pgrep`: a pattern that matches `chrome` but not `chromium` also matches the
-  browser's processes, which are named chromium here (Chrome's are named chrome).
+  browser's processes, which are named chromium here (Chrome's are named chrome). A bare
+  `pkill chrome` returns once the browser has exited (and saved its profile), and a
+  browser started meanwhile waits for it (`WAIT_STOPPED`), as OSWorld's postconfig needs.
 
 `seed_profile` writes the profile a used VM would have (run by every home restore, before
 any task step: a task may edit `Default/Preferences` before it starts Chrome): first run
@@ -33,9 +35,9 @@ from pathlib import Path
 
 __all__ = [
     "CHROMIUM",
-    "WAIT_STOPPED",
     "CHROME_FLAGS_ENV",
     "PROFILE",
+    "WAIT_STOPPED",
     "chrome_flags",
     "seed_profile",
     "wrapper_scripts",

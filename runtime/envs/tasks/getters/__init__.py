@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
-from runtime.envs.tasks.getters import basic, chrome, dates
+from runtime.envs.tasks.getters import basic, chrome, chrome_profile, dates
 from runtime.envs.tasks.getters.basic import terminal_text
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter
 from runtime.errors import TaskError
@@ -30,6 +30,7 @@ __all__ = [
 GETTERS: dict[str, Getter] = {
     **basic.GETTERS,
     **chrome.GETTERS,
+    **chrome_profile.GETTERS,
     **dates.GETTERS,
 }
 

@@ -1,6 +1,6 @@
 """Browser metrics with OSWorld's names and semantics: tabs, URLs, bookmarks, settings, pages.
 
-Each takes the getters' values (runtime/envs/tasks/getters/chrome.py) and the task's rule.
+Each takes the getters' values (runtime/envs/tasks/getters/chrome*.py) and the task's rule.
 URLs compare as OSWorld's `compare_urls` does (`runtime.envs.tasks.web.same_url`: no
 `www.`, no lone trailing `/`). A rule type OSWorld does not define is a TaskError (a
 malformed task); a missing value (no browser, no file) scores 0.
