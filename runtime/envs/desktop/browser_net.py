@@ -213,7 +213,9 @@ class BrowserNetwork:
                 return self.socket(family, kind, proto)
 
             connector = aiohttp.TCPConnector(socket_factory=factory, force_close=True)
-            self._session = aiohttp.ClientSession(connector=connector)
+            # A relayed DevTools WebSocket lives as long as its client keeps it open.
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
         return self._session
 
     # -- the SOCKS5 gateway (RFC 1928, CONNECT without authentication) ------------------------
@@ -366,12 +368,13 @@ def _port(request: web.Request) -> int:
 
 async def _relay(source: Any, sink: Any) -> None:
     """Copy WebSocket messages from source to sink until either closes."""
-    async for message in source:
-        if message.type == aiohttp.WSMsgType.TEXT:
-            await sink.send_str(message.data)
-        elif message.type == aiohttp.WSMsgType.BINARY:
-            await sink.send_bytes(message.data)
-        else:
-            break
-    with contextlib.suppress(ConnectionError, RuntimeError):
+    with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
+        async for message in source:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                await sink.send_str(message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                await sink.send_bytes(message.data)
+            else:
+                break
+    with contextlib.suppress(ConnectionError, RuntimeError, aiohttp.ClientError):
         await sink.close()
