@@ -3,11 +3,11 @@ pages a task opens in the browser that only the live web serves.
 
 `live_web_urls(task)` lists the http(s) URLs a task loads in the browser (`chrome_open_tabs`,
 a browser started on a URL, the getters that load a page: `page_info`, `info_from_website`,
-`pdf_from_url`, `gotoRecreationPage_and_get_html_content`) whose host is not loopback and
-not mapped to a local server (`SCALECUA_BROWSER_HOSTS`, see
-runtime/envs/desktop/browser_net.py). Files a task downloads are not pages: they come from
-the file cache. A task that sends the agent to a site without naming it (install an
-extension from the Chrome Web Store) is not found by this.
+`pdf_from_url`, `gotoRecreationPage_and_get_html_content`, and the Chrome Web Store for a
+task scored by `is_expected_installed_extensions`) whose host is not loopback and not
+mapped to a local server (`SCALECUA_BROWSER_HOSTS`, see runtime/envs/desktop/browser_net.py).
+Files a task downloads are not pages: they come from the file cache. A task that sends the
+agent to a site it names only in its instruction is not found by this.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ __all__ = ["live_web_urls", "needs_live_web", "same_url"]
 # Getters that load a page themselves, and where its URL is in their config.
 _PAGE_GETTERS = {"page_info": "url", "info_from_website": "url", "pdf_from_url": "path"}
 _RECREATION = "https://www.recreation.gov/"  # what gotoRecreationPage_and_get_html_content loads
+# Metrics whose passing state only a live site gives: extensions come from the Web Store.
+_IMPLIED = {"is_expected_installed_extensions": "https://chromewebstore.google.com/"}
 _BROWSERS = re.compile(r"(^|[/\s])(google-chrome(-stable)?|chromium(-browser)?|chrome)(\s|$)")
 _URL = re.compile(r"https?://[^\s'\"<>]+")
 
@@ -90,3 +92,4 @@ def _opened_urls(task: Task) -> Iterator[str]:
                 yield getter[_PAGE_GETTERS[kind]]
             elif kind == "gotoRecreationPage_and_get_html_content":
                 yield _RECREATION
+    yield from (_IMPLIED[f] for f in task.evaluator.funcs if f in _IMPLIED)

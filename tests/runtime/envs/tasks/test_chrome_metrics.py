@@ -265,6 +265,12 @@ def test_live_web_urls() -> None:
         "evaluator": {"func": "exact_match", "result": {"type": "bookmarks"}},
     }
     assert not needs_live_web(no_web)
+    store = {
+        "id": "t",
+        "instruction": "i",
+        "evaluator": {"func": "is_expected_installed_extensions"},
+    }
+    assert live_web_urls(store) == ["https://chromewebstore.google.com/"]
 
 
 def test_the_chrome_tasks_names_are_all_known() -> None:
