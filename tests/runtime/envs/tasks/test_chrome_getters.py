@@ -348,3 +348,17 @@ async def test_desktop_shortcuts(ctx: EvalContext) -> None:
     rule = {"type": "name", "name": "Play Puzzle Game 2048"}
     assert METRICS["is_shortcut_on_desktop"](shortcuts, rule) == 1.0
     assert METRICS["is_shortcut_on_desktop"](shortcuts, {**rule, "name": "2048"}) == 0.0
+
+
+async def test_the_search_engine_is_named_as_on_the_chrome_the_tasks_were_written_on(
+    ctx: EvalContext,
+) -> None:
+    # Newer Chrome names Bing "Microsoft Bing"; OSWorld's task bb5e4c0d expects "Bing".
+    await ctx.controller.execute(["pkill", "chrome"])
+    prefs = {
+        "default_search_provider_data": {"template_url_data": {"short_name": "Microsoft Bing"}}
+    }
+    path = "/home/user/.config/google-chrome/Default/Preferences"
+    await ctx.controller.upload_file(path, json.dumps(prefs).encode())
+    engine = await get_state(ctx, {"type": "default_search_engine"})
+    assert METRICS["exact_match"](engine, {"expected": "Bing"}) == 1.0
