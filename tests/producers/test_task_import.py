@@ -82,24 +82,24 @@ def test_malformed_task_file_is_a_clean_error(tmp_path: Path, cli_env: dict[str,
 async def test_tasks_with_unimplemented_parts_are_flagged_and_skipped(
     tmp_path: Path, bus_settings: BusSettings, cli_env: dict[str, str]
 ) -> None:
-    chrome = {
+    unknown = {
         **TASK,
-        "id": "needs-chrome",
-        "config": [{"type": "chrome_open_tabs", "parameters": {"urls_to_open": ["x"]}}],
+        "id": "needs-unknown",
+        "config": [{"type": "fold_laundry", "parameters": {"baskets": ["x"]}}],
         "evaluator": {
-            "func": ["is_expected_tabs", "exact_match"],
-            "result": [{"type": "open_tabs_info"}, TASK["evaluator"]["result"]],
+            "func": ["is_laundry_folded", "exact_match"],
+            "result": [{"type": "laundry_state"}, TASK["evaluator"]["result"]],
             "expected": [{"type": "rule", "rules": {}}, TASK["evaluator"]["expected"]],
         },
     }
     (tmp_path / "ok.json").write_text(json.dumps(TASK))
-    (tmp_path / "chrome.json").write_text(json.dumps(chrome))
+    (tmp_path / "unknown.json").write_text(json.dumps(unknown))
     res = subprocess.run([*SCALECUA, "tasks", "import", str(tmp_path)],
                          env=cli_env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert (
-        f"unsupported: {tmp_path.name}/chrome: config step `chrome_open_tabs`, metric "
-        "`is_expected_tabs`, getter `open_tabs_info`" in res.stderr
+        f"unsupported: {tmp_path.name}/unknown: config step `fold_laundry`, metric "
+        "`is_laundry_folded`, getter `laundry_state`" in res.stderr
     )
     assert "imported 1 tasks" in res.stderr and "1 unsupported skipped" in res.stderr
     assert [r.event.task["id"] for r in await _read_tasks(bus_settings, 2)] == [TASK["id"]]

@@ -69,6 +69,7 @@ class DesktopController:
         native_actions: bool | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self.token = token  # also what the browser relay (runtime.envs.desktop.cdp) presents
         # None: use our /scalecua/action route if the server has it, else pyautogui code
         # through /execute (an OSWorld VM); False forces the latter.
         self._native = native_actions

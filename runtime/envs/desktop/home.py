@@ -8,7 +8,8 @@ question on saving a non-ODF file, no autosave), VLC (no privacy question; the H
 interface on with the password OSWorld's getters use), GIMP (an image's colour profile
 kept, without asking), and the default video player (GNOME Videos, as on Ubuntu; an
 OSWorld task asks to make VLC the default). Thunderbird's first-run defaults are the
-desktop's system preferences instead (init.py), because tasks unpack profiles of their own.
+desktop's system preferences instead (init.py), because tasks unpack profiles of their own;
+the browser's profile is past its first run too (chrome.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
+from runtime.envs.desktop.chrome import seed_profile
 
 # The folders of a fresh Ubuntu account, which OSWorld tasks assume exist.
 SKELETON_DIRS = (
@@ -115,3 +118,4 @@ def restore_home(home: Path) -> None:
     for name, text in _SETTINGS.items():
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
+    seed_profile(home)

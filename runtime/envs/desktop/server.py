@@ -27,9 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
-from runtime.envs.desktop import commands, files, screen
+from runtime.envs.desktop import chrome, commands, files, screen
 from runtime.envs.desktop.actions import CLICKS
 from runtime.envs.desktop.apps import Opener, missing_app
+from runtime.envs.desktop.browser_net import GATEWAY_PORT, BrowserNetwork, add_relay_routes
 from runtime.envs.desktop.forward import PortForwarder
 from runtime.envs.desktop.home import restore_home
 from runtime.envs.desktop.session import DesktopSession
@@ -481,6 +482,7 @@ async def _serve(args: argparse.Namespace) -> int:
         return 64
     # Every process of this desktop inherits its id: operators (and tests) can find them.
     os.environ["SCALECUA_DESKTOP_ID"] = args.id
+    network = BrowserNetwork.create()  # the browser's own ports and way out (browser_net.py)
     session = DesktopSession(args.id, Path(args.run_dir), args.width, args.height)
     try:
         await asyncio.to_thread(session.start)
@@ -488,11 +490,15 @@ async def _serve(args: argparse.Namespace) -> int:
         session.stop()
         print(f"desktop server: {exc}", file=sys.stderr, flush=True)
         return 70
+    chrome.write_wrappers(session.run_dir / "bin", network.path, GATEWAY_PORT)
     os.environ.clear()
     os.environ.update(session.env)
     restore_home(HOME)
     server = DesktopServer(session, token)
-    runner = web.AppRunner(server.app(), access_log=None)
+    app = server.app()
+    add_relay_routes(app, network)
+    await network.start()
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
@@ -506,6 +512,7 @@ async def _serve(args: argparse.Namespace) -> int:
     await stop.wait()
     await server.forwarder.close()
     await runner.cleanup()
+    await network.close()
     server.close()
     await asyncio.to_thread(session.kill_apps, set())
     session.stop()

@@ -11,9 +11,8 @@
 - `xdg-open`: the app a file's type belongs to (apps.py, as the server's /setup/open_file),
   a folder in the file manager, a web address in the browser.
 - `vlc`/`cvlc` (vlc_launch.py): VLC's launcher without its refusal to run as root.
-- `google-chrome`: Debian's Chromium with its profile where OSWorld's tasks look for
-  Chrome's (~/.config/google-chrome), without the first-run questions, and without the
-  sandbox, which cannot run as root (OSWorld's `--remote-debugging-port` passes through).
+- `google-chrome`, `socat`, `pkill`/`pgrep`: the browser's, written by chrome.py (Chromium
+  in a network of its own, its profile where OSWorld's tasks read Chrome's).
 
 LibreOffice needs no wrapper: it finds a running instance through a pipe in /tmp, and
 each desktop has its own /tmp, so its default profile (~/.config/libreoffice) is right.
@@ -33,12 +32,6 @@ TERMINAL_LOG_DIR = "/home/user/.cache/scalecua-terminal"
 VM_PASSWORD = "password"
 _SUDO = Path(__file__).with_name("sudo.py")
 _VLC = Path(__file__).with_name("vlc_launch.py")
-# Chrome's profile on OSWorld's VM, which its tasks read (Preferences, Bookmarks, History).
-CHROME_PROFILE = "/home/user/.config/google-chrome"
-_CHROME_FLAGS = (
-    f"--user-data-dir={CHROME_PROFILE} --no-first-run --no-default-browser-check "
-    "--password-store=basic --no-sandbox --test-type"  # test-type: no banner about no-sandbox
-)
 
 _XTERM = f"""#!/bin/sh
 mkdir -p {TERMINAL_LOG_DIR}
@@ -102,8 +95,6 @@ def write_wrappers(bin_dir: Path) -> None:
         # No sound card in a desktop: VLC's dummy audio output plays in real time, silently.
         "vlc": f'#!/bin/sh\nexec /usr/bin/python3 -I {shlex.quote(str(_VLC))} --aout=adummy "$@"\n',
         "cvlc": '#!/bin/sh\nexec vlc -I dummy "$@"\n',
-        "google-chrome": f'#!/bin/sh\nexec chromium {_CHROME_FLAGS} "$@"\n',
-        "google-chrome-stable": '#!/bin/sh\nexec google-chrome "$@"\n',
     }
     for name, text in scripts.items():
         path = bin_dir / name

@@ -13,7 +13,18 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
-from runtime.envs.tasks.getters import accounts, basic, gimp, impress, info, rules, vlc, vscode
+from runtime.envs.tasks.getters import (
+    accounts,
+    basic,
+    chrome,
+    chrome_profile,
+    gimp,
+    impress,
+    info,
+    rules,
+    vlc,
+    vscode,
+)
 from runtime.envs.tasks.getters.basic import terminal_text
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter
 from runtime.errors import TaskError
@@ -36,6 +47,8 @@ GETTERS: dict[str, Getter] = {
     **gimp.GETTERS,
     **vlc.GETTERS,
     **impress.GETTERS,
+    **chrome.GETTERS,
+    **chrome_profile.GETTERS,
 }
 
 

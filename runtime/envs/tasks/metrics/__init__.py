@@ -13,6 +13,7 @@ from runtime.envs.tasks.metrics import (
     archives,
     audio,
     basic_os,
+    chrome,
     docs,
     general,
     gimp,
@@ -49,6 +50,7 @@ METRICS: dict[str, Callable[..., float]] = {
     **slides.METRICS,
     **pdf.METRICS,
     **settings.METRICS,
+    **chrome.METRICS,
 }
 
 # Names known, but that cannot run here, with the reason (coverage and evaluation say it).

@@ -8,11 +8,9 @@ plus the task's `options` as keywords, and returns a float in [0, 1].
 from __future__ import annotations
 
 import ast
-import csv
 import datetime
 import difflib
 import functools
-import io
 import json
 import operator
 import re
@@ -28,7 +26,6 @@ from runtime.errors import TaskError
 __all__ = [
     "METRICS",
     "check_accessibility_tree",
-    "check_csv",
     "check_direct_json_object",
     "check_include_exclude",
     "check_json",
@@ -42,7 +39,6 @@ __all__ = [
     "file_contains",
     "file_exists",
     "fuzzy_match",
-    "fuzzy_place_math",
     "is_in_list",
     "literal_match",
     "match_record",
@@ -238,17 +234,6 @@ def match_record(pattern: dict[str, Any], record: dict[str, Any]) -> bool:
     return all(key in record and record[key] == value for key, value in pattern.items())
 
 
-def check_csv(result: str | None, rules: dict[str, list[dict[str, str]]]) -> float:
-    """1.0 when each `expect` record matches a row of the CSV file and no `unexpect` one does."""
-    if result is None or not Path(result).is_file():
-        return 0.0
-    rows = list(csv.DictReader(io.StringIO(_read_text(result))))
-    expect, unexpect = rules.get("expect", []), rules.get("unexpect", [])
-    if any(match_record(r, row) for r in unexpect for row in rows):
-        return 0.0
-    return float(all(any(match_record(r, row) for row in rows) for r in expect))
-
-
 def check_line_number(result: str | None, rules: dict[str, Any]) -> float:
     """1.0 when the number of lines holding a clock time (HH:MM:SS) is `expected`."""
     if result is None or not Path(result).is_file():
@@ -302,23 +287,6 @@ def compare_time_in_speedtest_results(result: str | None, time_diff: Any) -> flo
     return float(min(minutes, 24 * 60 - minutes) < int(time_diff))
 
 
-def fuzzy_place_math(result: str | None, rules: dict[str, Any]) -> float:
-    """Mean best fuzzy match of the .docx file's words against `expected` (exactly 3 words)."""
-    if result is None or not Path(result).is_file():
-        return 0.0
-    import docx
-
-    words = [w for p in docx.Document(result).paragraphs for w in p.text.split()]
-    if len(words) != 3:
-        return 0.0
-    answers = [str(a) for a in rules["expected"]]
-    return sum(max(fuzz.ratio(w, a) / 100.0 for a in answers) for w in words) / 3
-
-
-# -- accessibility tree and databases ----------------------------------------------------
-
-# Prefixes OSWorld's selectors use; the tree's own declarations win (OSWorld has used two
-# sets of namespace URIs), these are ours (runtime/envs/desktop/a11y_dump.py).
 _A11Y_PREFIXES = ("st", "attr", "cp", "doc", "docattr", "txt", "val", "act")
 _A11Y_NS = "https://accessibility.ubuntu.example.org/ns/"
 _A11Y_DEFAULT = {
@@ -410,12 +378,10 @@ METRICS: dict[str, Any] = {
     "file_exists": file_exists,
     "check_direct_json_object": check_direct_json_object,
     "check_list": check_list,
-    "check_csv": check_csv,
     "check_line_number": check_line_number,
     "compare_python_pure_text": compare_python_pure_text,
     "compare_result_files": compare_result_files,
     "compare_time_in_speedtest_results": compare_time_in_speedtest_results,
-    "fuzzy_place_math": fuzzy_place_math,
     "check_accessibility_tree": check_accessibility_tree,
     "run_sqlite3": run_sqlite3,
 }

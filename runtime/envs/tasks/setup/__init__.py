@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.model import Task
-from runtime.envs.tasks.setup import accounts, basic
+from runtime.envs.tasks.setup import accounts, basic, chrome
 from runtime.envs.tasks.setup.sources import CLIENT_PASSWORD, DESKTOP_HOME, fetch_source
 from runtime.envs.tasks.setup.step import STEP_OUTPUTS, Step
 from runtime.errors import TaskError
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 SETUP_STEPS: dict[str, Step] = {
     **basic.STEPS,
     **accounts.STEPS,
+    **chrome.STEPS,
 }
 
 

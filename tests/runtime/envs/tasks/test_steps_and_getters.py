@@ -103,6 +103,8 @@ async def test_file_steps_and_file_getters(ctl, tmp_path, http_url):
 
 async def test_bad_steps_raise_task_error(ctl, tmp_path):
     with pytest.raises(TaskError, match="unsupported"):
+        await run_steps(ctl, [{"type": "no_such_step", "parameters": {}}], tmp_path)
+    with pytest.raises(TaskError, match="urls_to_open"):
         await run_steps(ctl, [{"type": "chrome_open_tabs", "parameters": {}}], tmp_path)
     with pytest.raises(TaskError, match="cannot read"):
         await run_steps(ctl, [{"type": "upload_file", "parameters": {"files": [
