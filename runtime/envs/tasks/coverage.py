@@ -27,15 +27,15 @@ functions, so everything but them is pure.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlparse
 
 from runtime.envs.desktop.apps import App, app_for_command, app_for_file, app_named, missing_app
+from runtime.envs.desktop.browser_net import HostMap
+from runtime.envs.tasks import web
 from runtime.envs.tasks.accounts import ACCOUNT_GETTERS, ACCOUNT_STEPS
 from runtime.envs.tasks.catalog import TaskFile
 from runtime.envs.tasks.files.urls import task_files
@@ -79,17 +79,7 @@ APP_OF_NAME: dict[str, str] = {
     "vscode_config": "vs_code",
 }  # fmt: skip
 
-# Getters that load a page in the browser themselves: where the page's URL is in their config
-# (or the page, for one that always loads the same site).
-LIVE_WEB_GETTERS = {
-    "info_from_website": "url",
-    "page_info": "url",
-    "pdf_from_url": "path",
-    "gotoRecreationPage_and_get_html_content": "https://www.recreation.gov/",
-}
 _SNAPSHOTS_NOT_APPS = ("base_setup", "multiapps")
-_URL = re.compile(r"https?://[^\s'\"\\,;)\]}<>]+")
-_BROWSER = re.compile(r"(^|[/\s])(google-chrome(-stable)?|chromium(-browser)?|chrome)(\s|$)")
 
 
 @dataclass(frozen=True)
@@ -173,31 +163,9 @@ def apps_needed(task: Task) -> tuple[dict[str, tuple[App, str]], list[str]]:
 
 
 def live_web_urls(task: Task) -> list[str]:
-    """The live-web URLs a task opens in the browser, each once, loopback excluded.
-
-    The pages `chrome_open_tabs` opens, URLs on a command that starts a browser, and the
-    pages getters load themselves (LIVE_WEB_GETTERS). runtime/envs/tasks/web.py (issue 23's
-    Chrome work) has a function of this name and shape that also knows hosts mapped to local
-    servers; when it lands, importing it here replaces this one.
-    """
-    found: list[str] = []
-    for _, _, step in _steps(task):
-        params = step.get("parameters") or {}
-        kind = step.get("type")
-        if kind == "chrome_open_tabs":
-            found += [u for u in params.get("urls_to_open") or [] if isinstance(u, str)]
-        elif kind in ("launch", "execute", "command"):
-            text = _text(params.get("command"))
-            if _BROWSER.search(text):
-                found += _URL.findall(text)
-    for _, getter in _getters(task):
-        name = getter.get("type")
-        if name in LIVE_WEB_GETTERS:
-            field_ = LIVE_WEB_GETTERS[name]
-            url = field_ if field_.startswith("http") else getter.get(field_)
-            if isinstance(url, str):
-                found.append(url)
-    return list(dict.fromkeys(u for u in found if _is_web(u) and not _is_loopback(u)))
+    """The live-web URLs a task opens in the browser (hosts mapped to local servers by
+    `SCALECUA_BROWSER_HOSTS` are not live web); see runtime/envs/tasks/web.py."""
+    return web.live_web_urls(task, HostMap.from_env())
 
 
 def accounts_needed(task: Task) -> list[str]:
@@ -338,22 +306,6 @@ def _first_word(line: str) -> str:
     except ValueError:
         words = line.split()
     return words[0] if words else ""
-
-
-def _text(command: Any) -> str:
-    if isinstance(command, list):
-        return " ".join(c for c in command if isinstance(c, str))
-    return command if isinstance(command, str) else ""
-
-
-def _is_web(url: str) -> bool:
-    parts = urlparse(url)
-    return parts.scheme in ("http", "https") and bool(parts.hostname)
-
-
-def _is_loopback(url: str) -> bool:
-    host = urlparse(url).hostname or ""
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _in_folder(source: str, task: Task) -> bool:

@@ -198,7 +198,10 @@ def check_direct_json_object(result: Any, rules: dict[str, Any]) -> float:
     expected list needs one of its items in the result's list (OSWorld's two modes).
     """
     if isinstance(result, str):
-        result = parse_json_object(result)
+        try:
+            result = parse_json_object(result)
+        except ValueError:  # not an object the command printed: no match, as OSWorld scores it
+            return 0.0
     if not isinstance(result, dict):
         return 0.0
     expected: dict[str, Any] = rules["expected"]
