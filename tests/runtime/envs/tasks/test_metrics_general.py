@@ -44,8 +44,7 @@ def test_check_direct_json_object_exact_and_expect_in_result():
     assert m({"a1": ["Kilimanjaro"], "b2": ["Himalayas"], "c": "Mount Hua"}, contains) == 1.0
     assert m({"a1": ["Kilimanjaro"], "b2": ["Alps"], "c": "Mount Hua"}, contains) == 0.0
     assert m({"a1": ["Kilimanjaro"], "b2": ["Everest"]}, contains) == 0.0  # c missing
-    with pytest.raises(ValueError):
-        m("not json at all", rules)  # the evaluator scores a raising metric 0 with the error
+    assert m("not json at all", rules) == 0.0  # OSWorld scores output it cannot read 0
 
 
 def test_check_list_regexes_per_line(tmp_path):
