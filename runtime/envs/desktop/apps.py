@@ -96,7 +96,7 @@ APPS: dict[str, App] = {
         App("chrome", ("chromium", "socat"), ("chromium", "socat"),
             ("google-chrome", "google-chrome-stable", "chromium", "socat"), (".html", ".htm"),
             ("browser", "google-chrome", "google_chrome"), opener=("google-chrome",),
-            window_class="Chromium"),
+            window_class="Chromium-browser"),
         App("gimp", ("gimp",), ("gimp",), ("gimp",), (".xcf",), opener=("gimp",),
             window_class="Gimp"),
         App("image", ("eog",), ("eog",), ("eog",), _IMAGES, ("image viewer", "eog"),

@@ -105,7 +105,7 @@ async def test_open_puts_each_file_type_in_its_app(
         f"{DESKTOP}/picture.png": "eog.Eog",
         "/home/user/Documents/Fundings/ecs": "org.gnome.Nautilus.org.gnome.Nautilus",
         f"{DESKTOP}/notes.txt": "mousepad.Mousepad",
-        f"{DESKTOP}/page.html": ".Chromium",
+        f"{DESKTOP}/page.html": ".Chromium-browser",  # the browser wrapper's chromium
     }
     for path, wm_class in expected.items():
         await ctl.open_file(path, timeout=60)  # raises unless the window showed up
