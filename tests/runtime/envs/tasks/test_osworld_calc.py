@@ -3,8 +3,9 @@
 One task per `compare_table` rule family beyond sheet data: pivot_table (1954cced), chart
 (12382c62), sheet_print (0bf05a7d), sheet_fuzzy (multi_apps deec51c9), style (8b1ce5f2),
 freeze (4188d3a4), zoom (1334ca3e) and data_validation (ecb0df7a). The task files are
-OSWorld's (tests/data/osworld/); their Google Drive URLs are mapped to files this module
-builds: inputs with openpyxl, expected files with a headless LibreOffice Calc on the host
+OSWorld's (tests/data/osworld/), played unchanged: the files behind their Google Drive URLs
+are seeded into the file cache first (tests/osworld.py, as `scalecua tasks files add` does),
+built by this module: inputs with openpyxl, expected files with a headless LibreOffice Calc on the host
 (calc_uno.py), so they are written by Calc as OSWorld's were. The printed-sheet CSVs that
 sheet_print compares come from the task's own postconfig (`libreoffice --convert-to csv`
 run in the desktop while Calc is open), and for the expected side from the same export.
@@ -18,7 +19,6 @@ Each task opens Calc once: the untouched and solved scores come from one setup.
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -29,13 +29,12 @@ import openpyxl
 import pytest
 
 from runtime.envs.tasks.evaluate import evaluate
-from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.osworld import osworld_json, seeded_task
 
 pytestmark = pytest.mark.desktop
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "osworld"
 UNO_SCRIPT = Path(__file__).with_name("calc_uno.py")
 RED = 0xFF0000
 
@@ -227,19 +226,6 @@ def _urls(node: Any) -> list[str]:
     return [node] if isinstance(node, str) and node.startswith("https://") else []
 
 
-def _localised(raw: dict[str, Any], mapping: dict[str, str]) -> dict[str, Any]:
-    """A copy of the task with each URL replaced by the local file it maps to."""
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, dict):
-            return {k: walk(v) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v) for v in node]
-        return f"file://{mapping[node]}" if isinstance(node, str) and node in mapping else node
-
-    return walk(copy.deepcopy(raw))
-
-
 def _workbook(path: Path, rows: list[tuple], zoom: int | None) -> None:
     wb = openpyxl.Workbook()
     ws = wb.active
@@ -309,13 +295,12 @@ async def _solve_with_uno(ctl: Any, case: Case) -> None:
 async def test_osworld_calc_task_scores_zero_untouched_and_one_solved(
     case: Case, case_folders: dict[str, Path], task_desktop: Any
 ) -> None:
-    raw = json.loads((DATA / f"{case.task}.json").read_text())
+    raw = osworld_json(case.task)
     urls = _urls([raw["config"], raw["evaluator"]])  # not `source`, a web page
     assert len(urls) == len(case.files), urls
     folder = case_folders[case.task]
-    task = Task.from_dict(
-        _localised(raw, dict(zip(urls, case.files, strict=True))), base_dir=folder
-    )
+    files = {url: folder / name for url, name in zip(urls, case.files, strict=True)}
+    task = seeded_task(case.task, files)  # unchanged: its URLs are served from the cache
     await task_desktop.reset()
     async with task_desktop.controller(timeout=60.0) as ctl:
         await run_setup(ctl, task)

@@ -1,9 +1,8 @@
 """Real OSWorld tasks of the general vocabulary, unchanged, on one real desktop.
 
-Each task file is OSWorld's own (tests/data/osworld/<domain>/<id>.json, Apache-2.0). Its
-input files are made here and its download URLs mapped to them (the task is copied into a
-task folder with each URL replaced by the `file://` name of its file); nothing else in it
-changes. Every task scores 0.0 untouched and 1.0 once solved by real actions (clicks,
+Each task file is OSWorld's own (tests/data/osworld/<domain>/<id>.json, Apache-2.0), played
+unchanged: its input files are made here and seeded into the file cache under its download
+URLs (tests/osworld.py, as `scalecua tasks files add` does). Every task scores 0.0 untouched and 1.0 once solved by real actions (clicks,
 keys and typing an agent could send), from one setup:
 
 - thunderbird 2ad9387a: create two local folders in Thunderbird's UI; its postconfig keeps
@@ -41,54 +40,21 @@ from runtime.envs.tasks.collect import collect, score_collected
 from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.getters import GETTERS, EvalContext
 from runtime.envs.tasks.metrics import METRICS
-from runtime.envs.tasks.model import Task, load_task
+from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.osworld import fetched_files, osworld_json, seeded_task
 
 pytestmark = pytest.mark.desktop
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "osworld"
-
 
 def _seeded(domain: str, task_id: str, files: dict[str, bytes], folder: Path) -> Task:
-    """OSWorld's task with each URL in `files` served from a file of that content in folder."""
-    task = json.loads((DATA / domain / f"{task_id}.json").read_text())
-    assert set(files) == set(_file_urls(task)), "every file the task downloads is made here"
-    names = {}
-    for i, (url, data) in enumerate(files.items()):
-        (folder / f"input{i}").write_bytes(data)
-        names[url] = f"file://input{i}"
-    (folder / "task.json").write_text(json.dumps(_replace_urls(task, names)))
-    loaded = load_task(folder / "task.json")
-    assert loaded.id == task_id
-    return loaded
-
-
-def _file_urls(task: dict[str, Any]) -> list[str]:
-    """The URLs a task's download steps and cloud_file getters fetch, in order."""
-    steps = task.get("config", []) + task["evaluator"].get("postconfig", [])
-    urls = [f["url"] for s in steps if s["type"] == "download" for f in s["parameters"]["files"]]
-    for spec in ("result", "expected"):
-        getters = task["evaluator"].get(spec) or []
-        for getter in getters if isinstance(getters, list) else [getters]:
-            if getter.get("type") == "cloud_file":
-                paths = getter["path"]
-                urls += paths if isinstance(paths, list) else [paths]
-    return list(dict.fromkeys(urls))
-
-
-def _replace_urls(value: Any, names: dict[str, str]) -> Any:
-    if isinstance(value, str):
-        return names.get(value, value)
-    if isinstance(value, list):
-        return [_replace_urls(v, names) for v in value]
-    if isinstance(value, dict):
-        return {k: _replace_urls(v, names) for k, v in value.items()}
-    return value
+    """OSWorld's task, unchanged, with the files it fetches seeded by URL."""
+    return seeded_task(f"{domain}/{task_id}", files)
 
 
 def _urls(domain: str, task_id: str) -> list[str]:
-    return _file_urls(json.loads((DATA / domain / f"{task_id}.json").read_text()))
+    return [url for url, _ in fetched_files(osworld_json(f"{domain}/{task_id}"))]
 
 
 async def _solve(desktop, task: Task, steps: list[Any]) -> tuple[float, float, Any]:
@@ -344,7 +310,7 @@ async def test_os_copy_jpgs_task(task_desktop, tmp_path):
     domain, task_id = "os", "23393935-50c7-4a86-aeea-2b78fd089c5c"
     urls = _urls(domain, task_id)
     colours = ["red", "green", "blue", "white", "black"]
-    task = json.loads((DATA / domain / f"{task_id}.json").read_text())
+    task = osworld_json(f"{domain}/{task_id}")
     paths = [f["path"] for s in task["config"] if s["type"] == "download"
              for f in s["parameters"]["files"]]  # fmt: skip
     files = {

@@ -1,17 +1,17 @@
 """Real OSWorld GIMP and VLC tasks, unchanged, on one real desktop: each scores 0.0 untouched
 and 1.0 after the keys an agent would press in the real app, with input files the test
-makes and seeds where the task's download URLs point. Then the media getters that no task
+makes and seeds under the task's download URLs. Then the media getters that no task
 here reaches, against the same desktop.
 
-The task files under tests/data/osworld/ are OSWorld's own (Apache-2.0), byte for byte;
-only their download URLs are mapped, in memory, to the files the test made.
+The task files under tests/data/osworld/ are OSWorld's own (Apache-2.0), byte for byte and
+played unchanged: the files they download are seeded into the file cache by their URLs
+first (tests/osworld.py, as `scalecua tasks files add` does).
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,32 +23,17 @@ from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.getters import EvalContext, get_state
 from runtime.envs.tasks.getters.vlc import VIDEO_TYPES
 from runtime.envs.tasks.metrics import METRICS
-from runtime.envs.tasks.model import Task, load_task
+from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.osworld import seeded_task
 
 pytestmark = pytest.mark.desktop
 
-DATA = Path(__file__).resolve().parents[3] / "data" / "osworld"
-GIMP_MIRROR = DATA / "gimp" / "72f83cdc-bf76-4531-9a1b-eb893a13f8aa.json"
-GIMP_HIDE_DOCKS = DATA / "gimp" / "d52d6308-ec58-42b7-a2c9-de80e4837b2b.json"
-VLC_PLAY = DATA / "vlc" / "59f21cfb-0120-4326-b255-a5b827b38967.json"
-VLC_FULLSCREEN = DATA / "vlc" / "8d9fd4e2-6fdb-46b0-b9b9-02f06495c62f.json"
-
-
-def _seeded(task_file: Path, files: dict[str, bytes], folder: Path) -> Task:
-    """The task with each download URL mapped to the file the test made for its path."""
-    task = json.loads(task_file.read_text())
-    for step in task["config"]:
-        if step["type"] != "download":
-            continue
-        for entry in step["parameters"]["files"]:
-            name = Path(entry["path"]).name
-            (folder / name).write_bytes(files.pop(name))
-            entry["url"] = f"file://{name}"
-    assert not files, f"the task downloads no {sorted(files)}"
-    (folder / "task.json").write_text(json.dumps(task))
-    return load_task(folder / "task.json")
+GIMP_MIRROR = "gimp/72f83cdc-bf76-4531-9a1b-eb893a13f8aa"
+GIMP_HIDE_DOCKS = "gimp/d52d6308-ec58-42b7-a2c9-de80e4837b2b"
+VLC_PLAY = "vlc/59f21cfb-0120-4326-b255-a5b827b38967"
+VLC_FULLSCREEN = "vlc/8d9fd4e2-6fdb-46b0-b9b9-02f06495c62f"
 
 
 def _png(image: Image.Image) -> bytes:
@@ -131,7 +116,7 @@ async def _scores(
 async def test_gimp_mirror_task_72f83cdc(task_desktop, tmp_path):
     """Mirror the picture: Image > Transform > Flip Horizontally by its menu keys; the task's
     postconfig exports the image through GIMP's Export dialog and compares it to the input."""
-    task = _seeded(GIMP_MIRROR, {"berry.png": _berry()}, tmp_path)
+    task = seeded_task(GIMP_MIRROR, {"berry.png": _berry()})
     # its postconfig exports, so a second export would meet GIMP's "replace?" question:
     # one setup for the untouched state, another for the solved one
     [untouched] = await _scores(task_desktop, task, "– GIMP$", [])
@@ -143,7 +128,7 @@ async def test_gimp_mirror_task_72f83cdc(task_desktop, tmp_path):
 async def test_gimp_hide_docks_task_d52d6308(task_desktop, tmp_path):
     """Hide the docks (Tab); the postconfig quits GIMP, which writes `(hide-docks yes)` to its
     sessionrc, read by the `gimp_config_file` getter."""
-    task = _seeded(GIMP_HIDE_DOCKS, {}, tmp_path)
+    task = seeded_task(GIMP_HIDE_DOCKS, {})
     window = "^GNU Image Manipulation Program$"
     [untouched] = await _scores(task_desktop, task, window, [])  # GIMP quits: two setups
     assert untouched.score == 0.0, untouched
@@ -154,7 +139,7 @@ async def test_gimp_hide_docks_task_d52d6308(task_desktop, tmp_path):
 async def test_vlc_play_task_59f21cfb(task_desktop, tmp_path):
     """Play the video: ctrl+o, type its path, Return; scored through VLC's HTTP interface."""
     name = "Rick Astley - Never Gonna Give You Up (Official Music Video).mp4"
-    task = _seeded(VLC_PLAY, {name: _clip(tmp_path / "clip.mp4")}, tmp_path)
+    task = seeded_task(VLC_PLAY, {name: _clip(tmp_path / "clip.mp4")})
     actions = [
         *_keys("ctrl+o", pause=2.0),
         {"action": "type", "text": f"/home/user/Desktop/{name}\n"},
@@ -170,7 +155,7 @@ async def test_vlc_play_task_59f21cfb(task_desktop, tmp_path):
 async def test_vlc_fullscreen_task_8d9fd4e2(task_desktop, tmp_path):
     """Fill the screen with the playing video (f); scored by VLC's window size (the
     `vm_window_size` getter) against the screen's."""
-    task = _seeded(VLC_FULLSCREEN, {"Gen 2.mp4": _clip(tmp_path / "clip.mp4")}, tmp_path)
+    task = seeded_task(VLC_FULLSCREEN, {"Gen 2.mp4": _clip(tmp_path / "clip.mp4")})
     window = "^Gen 2.mp4 - VLC media player$"
     untouched, solved = await _scores(task_desktop, task, window, [], _keys("f"), vlc=True)
     assert untouched.score == 0.0, untouched

@@ -1,8 +1,9 @@
 """Real OSWorld Impress, Writer and multi_apps tasks, unchanged, score 0.0 untouched and 1.0
 solved by real actions on a real desktop; and the Impress media getters read a deck on it.
 
-The task files are OSWorld's (tests/data/osworld/<domain>/<id>.json); their Google Drive
-URLs are mapped to files this module builds. Inputs are made with python-pptx, python-docx
+The task files are OSWorld's (tests/data/osworld/<domain>/<id>.json), played unchanged: the
+files behind their Google Drive URLs are seeded into the file cache first (tests/osworld.py,
+as `scalecua tasks files add` does), built by this module. Inputs are made with python-pptx, python-docx
 and PIL and then saved once by a headless LibreOffice on the host, so the desktop opens a
 file LibreOffice wrote, as OSWorld's were. The expected ("gold") files are what the task
 asks for, made by an edit of that input (python-pptx, python-docx) saved by LibreOffice
@@ -30,8 +31,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
-import json
-import shutil
 import subprocess
 import zipfile
 from collections.abc import Callable
@@ -46,9 +45,10 @@ from pptx import Presentation
 from runtime.envs.tasks.evaluate import Evaluation, evaluate
 from runtime.envs.tasks.getters import EvalContext, get_state
 from runtime.envs.tasks.metrics import METRICS
-from runtime.envs.tasks.model import Task, load_task
+from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.osworld import seeded_task
 
 pytestmark = pytest.mark.desktop
 
@@ -173,28 +173,10 @@ def office_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _seeded(name: str, folder: Path, files: dict[str, Path]) -> Task:
-    """OSWorld's task `name` (<domain>/<id>) with each URL mapped to a file in its folder.
-
-    A downloaded file is found by the name of the path it is saved to, an expected file
-    by its `dest`; the task file itself is OSWorld's, unchanged but for the URLs.
-    """
-    task = json.loads((DATA / f"{name}.json").read_text())
-    folder.mkdir(parents=True, exist_ok=True)
-
-    def local(file_name: str) -> str:
-        shutil.copy(files[file_name], folder / file_name)
-        return f"file://{file_name}"
-
-    for step in task["config"]:
-        if step["type"] == "download":
-            for entry in step["parameters"]["files"]:
-                entry["url"] = local(Path(entry["path"]).name)
-    for key in ("result", "expected"):
-        spec = task["evaluator"].get(key)
-        if isinstance(spec, dict) and spec.get("type") == "cloud_file":
-            spec["path"] = local(spec["dest"])
-    (folder / "task.json").write_text(json.dumps(task))
-    return load_task(folder / "task.json")
+    """OSWorld's task `name` (<domain>/<id>), unchanged, with its files seeded by URL: a
+    downloaded file is named by the name of the path it is saved to, an expected file by its
+    `dest`."""
+    return seeded_task(name, files)
 
 
 # -- playing ---------------------------------------------------------------------------------
