@@ -434,6 +434,7 @@ def _stopper(runners: dict[str, ServiceRunner], tasks: dict[str, asyncio.Task]):
     async def stop(name: str) -> None:
         runners[name].stop()
         await _join(tasks, name)
+        del tasks[name], runners[name]  # done with: not a service that "stopped unexpectedly"
 
     return stop
 

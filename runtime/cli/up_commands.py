@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from runtime.cli.rollout_commands import SMALLEST_IMAGE
-from runtime.cli.settings import PORT, integer
+from runtime.cli.settings import PORT, integer, number
 
 __all__ = ["register"]
 
@@ -19,7 +19,7 @@ __all__ = ["register"]
 _PROFILES: dict[str, dict] = {
     "smollm2": {
         "up": {"batch": 2, "n": 8, "max_steps": 3, "max_tokens": 24, "image_max_side": 448,
-               "in_flight": 1, "warm_steps": 2, "warm_episodes": 8, "pool": 24,
+               "in_flight": 1, "warm_steps": 4, "warm_episodes": 8, "warm_lr": 5e-5, "pool": 24,
                "families": ["echo_to_file", "make_folder", "rename_file", "delete_file",
                             "append_line", "count_lines"]},
         "rollout": {"observe": "compact", "prompt": "compact", "temperature": 0.6},
@@ -27,7 +27,7 @@ _PROFILES: dict[str, dict] = {
     },
     "tiny": {
         "up": {"batch": 2, "n": 4, "max_steps": 5, "max_tokens": 48, "image_max_side": 448,
-               "in_flight": 1, "warm_steps": 0, "warm_episodes": 8, "pool": 24,
+               "in_flight": 1, "warm_steps": 0, "warm_episodes": 8, "warm_lr": 5e-5, "pool": 24,
                "families": None},
         "rollout": {},
         "train": {},
@@ -91,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="SFT steps on scripted episodes before RL (smollm2: 2; tiny: 0)")  # fmt: skip
     p.add_argument("--warm-episodes", type=integer(1), default=None,
                    help="scripted episodes per warm-start step (8)")  # fmt: skip
+    p.add_argument("--warm-lr", type=number(above=0), default=None,
+                   help="the warm start's SFT learning rate (5e-5)")  # fmt: skip
     p.add_argument("--archive", default=None,
                    help="archive folder/URL (default $SCALECUA_HOME/archive)")  # fmt: skip
     p.add_argument("--checkpoints", default=None,
@@ -188,6 +190,7 @@ def _up(args: argparse.Namespace) -> int:
         iterations=args.iterations, desktops=args.desktops, tasks=args.tasks,
         families=None if args.tasks else args.families, pool=args.pool,
         warm_steps=0 if args.resume else args.warm_steps, warm_episodes=args.warm_episodes,
+        warm_lr=args.warm_lr,
         archive=args.archive, checkpoints=args.checkpoints, bootstrap=args.bootstrap,
         resume=args.resume, dashboard_port=None if args.no_dashboard else args.dashboard_port,
         services=services,
