@@ -182,35 +182,49 @@ def _seeded(name: str, folder: Path, files: dict[str, Path]) -> Task:
 # -- playing ---------------------------------------------------------------------------------
 
 
-async def _until(controller: Any, check: str, timeout: float = 60.0) -> None:  # noqa: ASYNC109
-    """Wait until the shell `check` succeeds on the desktop."""
+async def _until(controller: Any, check: str, timeout: float = 60.0) -> bool:  # noqa: ASYNC109
+    """Wait until the shell `check` succeeds on the desktop; False if it never does."""
     for _ in range(int(timeout / 0.25)):
         if (await controller.execute(check, shell=True)).get("returncode") == 0:
-            return
+            return True
         await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for: {check}")
+    return False
 
 
 Phase = tuple[list[dict[str, Any]], str | None]  # actions, then a shell check to wait for
 
 
 async def _untouched_then_solved(
-    desktop: Any, task: Task, ready: str | None, phases: list[Phase]
+    desktop: Any, task: Task, ready: str | None, phases: list[Phase], attempts: int = 1
 ) -> tuple[Evaluation, Evaluation]:
-    """Set the task up once; score it untouched, then after playing its solution."""
+    """Set the task up once; score it untouched, then after playing its solution.
+
+    A solution that goes through dialogs may be played `attempts` times: on a loaded machine
+    a dialog can take its clicks before it has laid itself out, and a person would close it
+    and try again (Escape twice first)."""
     await desktop.reset()
     async with desktop.controller() as controller:
         await run_setup(controller, task)
         if ready is not None:
-            await _until(controller, ready)
+            assert await _until(controller, ready), f"timed out waiting for: {ready}"
         untouched = await evaluate(controller, task, [])
         played: list[dict[str, Any]] = []
-        for actions, done in phases:
-            steps, errors = await play(controller, actions)
-            assert errors == [], errors
-            played += steps
-            if done is not None:
-                await _until(controller, done)
+        for attempt in range(attempts):
+            if attempt:
+                steps, _ = await play(controller, [*_key("Escape"), *_key("Escape")])
+                played += steps
+            failed = None
+            for actions, done in phases:
+                steps, errors = await play(controller, actions)
+                assert errors == [], errors
+                played += steps
+                if done is not None and not await _until(controller, done, 60.0 / attempts):
+                    failed = done
+                    break
+            if failed is None:
+                break
+        else:
+            raise AssertionError(f"timed out waiting for: {failed}")
         solved = await evaluate(controller, task, played)
     return untouched, solved
 
@@ -246,6 +260,7 @@ async def test_impress_autosave_interval_check_auto_saving_time(task_desktop, tm
         ([*_key("Escape"), *_key("alt+F12")], "wmctrl -l | grep -q 'Options - LibreOffice'"),
         (
             [
+                _wait(2.0),  # the dialog lays its tree out after its window shows
                 {"action": "double_click", "coordinate": _grid(213, 436)},  # Load/Save
                 _wait(1.0),
                 *_click(230, 459),  # its General page
@@ -259,7 +274,7 @@ async def test_impress_autosave_interval_check_auto_saving_time(task_desktop, tm
         ),
     ]
     ready = "wmctrl -l | grep -q 'Select a Template'"  # what Impress shows when it starts
-    untouched, solved = await _untouched_then_solved(task_desktop, task, ready, phases)
+    untouched, solved = await _untouched_then_solved(task_desktop, task, ready, phases, 3)
     assert untouched.score == 0.0, untouched
     assert solved.score == 1.0, solved
 
@@ -310,7 +325,7 @@ async def test_impress_slide_pane_in_this_desktops_accessibility_tree(task_deskt
             path, office_files["MLA_Workshop_061X_Works_Cited.pptx"].read_bytes()
         )
         await controller.open_file(path)
-        await _until(controller, _document_ready(path))
+        assert await _until(controller, _document_ready(path)), path
         ctx = EvalContext(controller, Path("/nonexistent"))
         tree = {"type": "accessibility_tree"}
         assert METRICS["check_left_panel"](await get_state(ctx, tree)) == 1.0
