@@ -215,7 +215,6 @@ class RankGroup:
             raise
         self._outcome("use", None)
         self._backend = DrivenBackend(self, local)
-        self.spec = spec
         return self._backend
 
     def check(self) -> None:

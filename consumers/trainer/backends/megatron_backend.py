@@ -34,7 +34,6 @@ tests/consumers/trainer/megatron_cpu.py.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -47,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from consumers.trainer.backends import spmd
 from consumers.trainer.backends.base import (
     ImageLoader,
     LossFn,
@@ -56,18 +56,25 @@ from consumers.trainer.backends.base import (
     TokenBatch,
     count_nonfinite,
 )
+from consumers.trainer.backends.megatron_checkpoint import (
+    HFCheckpoint,
+    gather_hf_state,
+    load_optimizer_state,
+    optimizer_manifest,
+    save_optimizer_state,
+    write_hf_folder,
+)
 from consumers.trainer.backends.megatron_layout import (
     MegatronLayout,
     hf_names,
     hf_prefix,
     megatron_layout,
     text_architecture,
-    to_hf,
     to_megatron,
     tp_shard,
-    tp_unshard,
 )
 from consumers.trainer.backends.torch_backend import _is_processor_file
+from consumers.trainer.shared_prefix import batch_cost
 from runtime.errors import ConfigError, PolicyError
 from runtime.policy.logprobs import sampling_logprobs
 from runtime.policy.model import resolve_policy
@@ -76,7 +83,6 @@ from runtime.policy.processor import PolicyProcessor, load_processor
 __all__ = ["MegatronBackend", "MegatronBackendConfig"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
-_MAX_SHARD = "5GB"  # safetensors shard size of saved checkpoints (as save_pretrained)
 
 
 @dataclass(frozen=True)
@@ -107,10 +113,11 @@ class _Item:
     ids: Any  # [b, s] right-padded token ids
     positions: Any  # [b, s]
     causal: Any  # [1, 1, s, s] bool, True where attention is masked
-    targets: Any  # [t] trained positions (the union over rows)
-    target_ids: Any  # [b, t]
-    valid: Any  # [b, t] 1 where the position exists in the row
-    mask: Any  # [b, t] 1 where the row trains the position
+    rows: Any  # [n] the row of each trained position, row by row
+    cols: Any  # [n] ...and its position in the row: only these reach the vocabulary head
+    target_ids: Any  # [n] the tokens there
+    counts: list[int]  # trained positions per row
+    mask: Any  # [b, t] 1 where row r has its t-th trained token (t < counts[r])
     old_logp: Any  # [b, t]
     advantages: Any  # [b]
     weights: Any  # [b]
@@ -222,7 +229,7 @@ class MegatronBackend:
                 f"PP={cfg.pipeline_parallel} does not divide {arch.num_layers} layers"
             )
         self._start_distributed()
-        with _Checkpoint(folder) as ckpt:
+        with HFCheckpoint(folder) as ckpt:
             self.layout = megatron_layout(arch, hf_prefix(ckpt.keys), cfg.tensor_parallel)
             gpt = self._build(arch)
             self._load_weights(gpt, ckpt.read, self.layout)
@@ -242,13 +249,13 @@ class MegatronBackend:
             if text_architecture(ref_config) != arch:
                 raise PolicyError(f"the reference {ref_folder} is not the policy's architecture")
             ref = self._build(arch)
-            with _Checkpoint(ref_folder) as ref_ckpt:
+            with HFCheckpoint(ref_folder) as ref_ckpt:
                 ref_layout = megatron_layout(arch, hf_prefix(ref_ckpt.keys), cfg.tensor_parallel)
                 self._load_weights(ref, ref_ckpt.read, ref_layout)
             self.reference = ref.requires_grad_(False).eval()
         self.optimizer = _megatron_optimizer(self.model, self._optimizer_config())
         if optimizer_state is not None:
-            self._load_state(Path(optimizer_state))
+            load_optimizer_state(self.optimizer, self._manifest(), Path(optimizer_state))
 
     def _transformer_config(self, arch: Any) -> Any:
         import torch
@@ -301,7 +308,7 @@ class MegatronBackend:
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
         assert self.layout is not None
-        return GPTModel(
+        gpt = GPTModel(
             config=self._transformer_config(arch),
             transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
             vocab_size=self.layout.padded_vocab,
@@ -313,6 +320,8 @@ class MegatronBackend:
             position_embedding_type="rope",
             rotary_base=arch.rope_theta,  # (annotated int: a float base works the same)
         ).to(self.device)
+        _mark_tensor_parallel(gpt)
+        return gpt
 
     def _global_names(self, gpt: Any) -> Iterator[tuple[str, str, Any]]:
         """(local name, global name, parameter) of this rank's parameters."""
@@ -343,7 +352,7 @@ class MegatronBackend:
                     )
                 param.copy_(shard)
 
-    def _untrained(self, ckpt: _Checkpoint) -> dict[str, Any]:
+    def _untrained(self, ckpt: HFCheckpoint) -> dict[str, Any]:
         """Checkpoint tensors outside the text decoder (Qwen2.5-VL's vision tower), kept as is."""
         assert self.layout is not None
         # A tied checkpoint's stale lm_head copy is dropped too.
@@ -398,24 +407,27 @@ class MegatronBackend:
             ids[i, : len(s.ids)] = torch.from_numpy(s.ids.astype(np.int64))
         if any(s.mask[0] for s in samples if len(s.mask)):
             raise PolicyError("a trained position 0 has no prefix to predict it from")
-        rows = [np.flatnonzero(s.mask) for s in samples]  # right padding: positions as in the row
-        targets = np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
-        mask = torch.zeros((len(samples), len(targets)))
-        old = torch.zeros((len(samples), len(targets)))
-        for i, (cols_abs, s) in enumerate(zip(rows, samples, strict=True)):
-            cols = np.searchsorted(targets, cols_abs)
-            mask[i, cols] = 1.0
-            old[i, cols] = torch.from_numpy(s.old_logprobs[cols_abs].astype(np.float32))
-        target_t = torch.from_numpy(targets.astype(np.int64))
-        lengths = torch.tensor([len(s.ids) for s in samples])
+        # Right padding: positions are as in the row. Each row's own trained positions only.
+        cols = [np.flatnonzero(s.mask) for s in samples]
+        counts = [len(c) for c in cols]
+        rows = np.concatenate([np.full(n, r) for r, n in enumerate(counts)]).astype(np.int64)
+        flat = np.concatenate(cols).astype(np.int64)
+        slots = max(counts, default=0)
+        mask = torch.zeros((len(samples), slots))
+        old = torch.zeros((len(samples), slots))
+        for i, s in enumerate(samples):
+            mask[i, : counts[i]] = 1.0
+            old[i, : counts[i]] = torch.from_numpy(s.old_logprobs[cols[i]].astype(np.float32))
+        rows_t, cols_t = torch.from_numpy(rows), torch.from_numpy(flat)
         return _Item(
             index=index,
             ids=ids.to(device),
             positions=torch.arange(width).expand(len(samples), -1).to(device),
             causal=torch.ones((width, width), dtype=torch.bool).triu(1)[None, None].to(device),
-            targets=target_t.to(device),
-            target_ids=ids[:, target_t].to(device),
-            valid=(target_t[None, :] < lengths[:, None]).float().to(device),
+            rows=rows_t.to(device),
+            cols=cols_t.to(device),
+            target_ids=ids[rows_t, cols_t].to(device),
+            counts=counts,
             mask=mask.to(device),
             old_logp=old.to(device),
             advantages=torch.tensor([s.advantage for s in samples]).to(device),
@@ -425,7 +437,7 @@ class MegatronBackend:
         )
 
     def _forward(self, gpt: Any, item: _Item) -> Any:
-        """This stage's output: hidden states, or on the last stage logits [t, b, V_padded]."""
+        """This stage's output: hidden states, or on the last stage logits [n, 1, V_padded]."""
         embedded = None
         if gpt.pre_process:
             embedded = gpt.embedding(input_ids=item.ids, position_ids=item.positions)
@@ -435,15 +447,15 @@ class MegatronBackend:
         )
         if not gpt.post_process:
             return hidden
-        # Only the positions that predict a trained token go through the vocabulary head.
+        # Only the positions that predict a trained token go through the vocabulary head,
+        # each row's own (hidden states are [s, b, h]: position p is predicted at p - 1).
         weight = (
             gpt.shared_embedding_or_output_weight()
             if gpt.share_embeddings_and_output_weights
             else None
         )
-        logits, _ = gpt.output_layer(
-            hidden[item.targets - 1], weight=weight, runtime_gather_output=True
-        )
+        picked = hidden[item.cols - 1, item.rows].unsqueeze(1)
+        logits, _ = gpt.output_layer(picked, weight=weight, runtime_gather_output=True)
         return logits
 
     def _token_batch(self, item: _Item, logits: Any, entropy: bool = True) -> TokenBatch:
@@ -451,10 +463,10 @@ class MegatronBackend:
 
         assert self.layout is not None
         cfg = self.config
-        logits = logits.transpose(0, 1)[..., : self.layout.arch.vocab_size].float()
+        logits = logits[:, 0, : self.layout.arch.vocab_size].float()
         logp_all = sampling_logprobs(logits, item.temperature, item.top_p)
         del logits
-        logp = logp_all.gather(-1, item.target_ids.unsqueeze(-1)).squeeze(-1) * item.valid
+        logp = logp_all.gather(-1, item.target_ids.unsqueeze(-1)).squeeze(-1)
         ent = None
         if entropy and cfg.entropy:
             with torch.set_grad_enabled(cfg.entropy_grad and torch.is_grad_enabled()):
@@ -463,13 +475,13 @@ class MegatronBackend:
                 # Top-p leaves -inf outside the nucleus: 0 · -inf must count as 0.
                 ent = -torch.where(probs > 0, probs * source, torch.zeros_like(probs)).sum(-1)
         return TokenBatch(
-            logp=logp,
+            logp=_per_row(logp, item.counts),
             old_logp=item.old_logp,
             mask=item.mask,
             advantages=item.advantages,
             weights=item.weights,
             ref_logp=item.ref_logp,
-            entropy=ent,
+            entropy=None if ent is None else _per_row(ent, item.counts),
         )
 
     def _loss(
@@ -562,11 +574,13 @@ class MegatronBackend:
         if not batches:
             raise PolicyError("a step needs at least one micro-batch")
         started = time.monotonic()
-        # Data parallelism: rank r of D takes micro-batches r, r + D, ...; one without any
-        # runs the first with its loss times zero, so every rank joins the same collectives.
+        # Data parallelism: each of the D ranks takes its share (`spmd.share`: costs balanced);
+        # one without any runs the first with its loss times zero, so every rank joins the
+        # same collectives.
         dp = parallel_state.get_data_parallel_world_size()
         rank = parallel_state.get_data_parallel_rank()
-        mine = [(i, b) for i, b in enumerate(batches) if i % dp == rank] or [(-1, batches[0])]
+        share = spmd.share([batch_cost(b) for b in batches], dp)[rank]
+        mine = [(i, batches[i]) for i in share] or [(-1, batches[0])]
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         try:
@@ -575,7 +589,9 @@ class MegatronBackend:
             outs = self._schedule(self.model, items, loss_fn)
             # Each micro-batch's stats once: from its last stage, tensor-parallel rank 0.
             own = outs if parallel_state.get_tensor_model_parallel_rank() == 0 else []
-            parts = sorted((o for o in _gather(own) if o["index"] >= 0), key=lambda o: o["index"])
+            parts = sorted(
+                (o for o in spmd.gather(own) if o["index"] >= 0), key=lambda o: o["index"]
+            )
             stats = [o["stats"] for o in parts]
             bad_loss = [i for i, part in enumerate(stats) if not math.isfinite(part["loss"])]
             if bad_loss:
@@ -615,113 +631,57 @@ class MegatronBackend:
 
         buffers = self.model.buffers + getattr(self.model, "expert_parallel_buffers", [])
         local = all(bool(torch.isfinite(b.grad_data).all()) for b in buffers)
-        return _count_over_ranks(int(not local), self.device) == 0
+        return spmd.sum_over_ranks(int(not local), self.device) == 0
 
     def nonfinite_parameters(self) -> int:
         """How many weights are NaN or infinite, over every rank (replicas counted each time)."""
         local = count_nonfinite(list(self.model.module.parameters()))
-        return _count_over_ranks(local, self.device)
+        return spmd.sum_over_ranks(local, self.device)
 
     # -- saving ---------------------------------------------------------------------------
     def hf_state_dict(self) -> dict[str, Any]:
         """The trained weights in HF layout (on the first rank; every rank must call)."""
-        import torch
-        import torch.distributed as dist
-        from megatron.core import parallel_state
-
         assert self.layout is not None
-        gpt = self.model.module
-        tp_group = parallel_state.get_tensor_model_parallel_group()
-        tp = self.config.tensor_parallel
-        stage: dict[str, Any] = {}
-        with torch.no_grad():
-            for local, name, param in self._global_names(gpt):
-                if local == "output_layer.weight" and name.startswith("embedding."):
-                    continue  # the last stage's copy of tied embeddings
-                shards = [param.detach()]
-                if tp > 1:
-                    shards = [torch.empty_like(param) for _ in range(tp)]
-                    dist.all_gather(shards, param.detach().contiguous(), group=tp_group)
-                full = tp_unshard(name, shards).cpu()
-                stage.update(
-                    {k: v.contiguous().clone() for k, v in to_hf(name, full, self.layout).items()}
-                )
-        if self.config.pipeline_parallel > 1 and parallel_state.get_data_parallel_rank() == 0:
-            if parallel_state.get_tensor_model_parallel_rank() == 0:
-                group = parallel_state.get_pipeline_model_parallel_group()
-                stages: list[Any] = [None] * self.config.pipeline_parallel
-                first = dist.get_global_rank(group, 0)
-                dist.gather_object(
-                    stage, stages if dist.get_rank() == first else None, dst=first, group=group
-                )
-                stage = {k: v for s in stages or [] if s for k, v in s.items()}
-        return stage if _is_first_rank() else {}
+        cfg = self.config
+        names = self._global_names(self.model.module)
+        return gather_hf_state(names, self.layout, cfg.tensor_parallel, cfg.pipeline_parallel)
 
     def save(self, out: Path) -> None:
         """Write the weights (safetensors, HF layout) and the processor's files as an HF folder."""
         import torch.distributed as dist
 
-        tensors = self.hf_state_dict()
-        if _is_first_rank():
-            out = Path(out)
-            out.mkdir(parents=True, exist_ok=True)
-            _write_safetensors({**self._passthrough, **tensors}, out)
-            config = json.loads(self._files["config.json"])
-            for key in ("dtype", "torch_dtype"):
-                if key in config:
-                    config[key] = self.config.dtype
-            (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-            for name, data in self._files.items():
-                if not (out / name).exists():
-                    (out / name).write_bytes(data)
-        if dist.get_world_size() > 1:
-            dist.barrier()
+        try:
+            tensors = self.hf_state_dict()
+            if _is_first_rank():
+                write_hf_folder({**self._passthrough, **tensors}, self._files, self.config.dtype,
+                                Path(out))  # fmt: skip
+        finally:  # also when rank 0's write fails: no rank is left waiting in the barrier
+            if dist.get_world_size() > 1:
+                dist.barrier()
 
     def save_state(self, out: Path) -> None:
         """Write the optimizer's state: optimizer.pt (a manifest) and one file per model rank."""
-        import torch
         import torch.distributed as dist
+
+        try:
+            save_optimizer_state(self.optimizer, self._manifest(), Path(out))
+        finally:
+            if dist.get_world_size() > 1:
+                dist.barrier()
+
+    def close(self) -> None:
+        """Release megatron's parallel state (the process group stays), e.g. before another
+        backend with other TP/PP sizes is built in this process."""
         from megatron.core import parallel_state
 
-        out = Path(out)
-        tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        own = out / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
-        if self.config.distributed_optimizer:  # every data-parallel rank hands in its shard
-            self.optimizer.save_parameter_state(str(own.with_suffix(".params.pt")))
-        if parallel_state.get_data_parallel_rank() == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            torch.save(self.optimizer.state_dict(), own)
-        if _is_first_rank():
-            torch.save(self._manifest(), out / "optimizer.pt")
-        if dist.get_world_size() > 1:
-            dist.barrier()
+        self.model = self.reference = self.optimizer = None
+        if parallel_state.model_parallel_is_initialized():
+            parallel_state.destroy_model_parallel()
 
     def _manifest(self) -> dict[str, Any]:
         cfg = self.config
-        return {
-            "format": "scalecua-megatron-optimizer-v1",
-            "tensor_parallel": cfg.tensor_parallel,
-            "pipeline_parallel": cfg.pipeline_parallel,
-            "distributed_optimizer": cfg.distributed_optimizer,
-        }
-
-    def _load_state(self, folder: Path) -> None:
-        import torch
-        from megatron.core import parallel_state
-
-        manifest = torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False)
-        if manifest != self._manifest():
-            raise PolicyError(
-                f"optimizer state in {folder} was written for {manifest}, "
-                f"not {self._manifest()}: resharding is not supported"
-            )
-        tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        own = folder / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
-        self.optimizer.load_state_dict(torch.load(own, map_location="cpu", weights_only=False))
-        if self.config.distributed_optimizer:
-            self.optimizer.load_parameter_state(str(own.with_suffix(".params.pt")))
+        return optimizer_manifest(cfg.tensor_parallel, cfg.pipeline_parallel,
+                                  cfg.distributed_optimizer)  # fmt: skip
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -740,6 +700,43 @@ def _finalize_grads(models: list[Any], num_tokens: Any = None, **kwargs: Any) ->
     from megatron.core.distributed import finalize_model_grads
 
     finalize_model_grads(models, None, **kwargs)
+
+
+def _mark_tensor_parallel(gpt: Any) -> None:
+    """Mark each TP-split weight as such, as megatron's initialisation would have.
+
+    Built with `perform_initialization=False` (every weight comes from the checkpoint),
+    megatron never sets `tensor_model_parallel` on its split weights, and its optimizer
+    then counts them in the gradient norm on TP rank 0 only, as if they were replicated:
+    with TP > 1 the norm (and so the clipping) would miss the other ranks' shards.
+    """
+    from megatron.core.tensor_parallel.layers import (
+        ColumnParallelLinear,
+        RowParallelLinear,
+        VocabParallelEmbedding,
+        set_tensor_model_parallel_attributes,
+    )
+
+    for module in gpt.modules():
+        if isinstance(module, ColumnParallelLinear | VocabParallelEmbedding):
+            dim = 0
+        elif isinstance(module, RowParallelLinear):
+            dim = 1
+        else:
+            continue
+        weight = getattr(module, "weight", None)
+        if weight is not None and not hasattr(weight, "tensor_model_parallel"):
+            stride = getattr(module, "stride", 1)
+            set_tensor_model_parallel_attributes(weight, True, dim, stride)
+
+
+def _per_row(values: Any, counts: list[int]) -> Any:
+    """Flat per-position values, row after row, as [rows, max count] (zeros after each row's)."""
+    import torch
+
+    width = max(counts, default=0)
+    parts = torch.split(values, counts)
+    return torch.stack([torch.nn.functional.pad(p, (0, width - p.shape[0])) for p in parts])
 
 
 def _refuse_images(samples: Sequence[Sample], processor: PolicyProcessor) -> None:
@@ -775,29 +772,6 @@ def _is_first_rank() -> bool:
     return dist.get_rank() == 0
 
 
-def _count_over_ranks(count: int, device: Any) -> int:
-    """A count summed over every rank (every rank must call)."""
-    import torch
-    import torch.distributed as dist
-
-    if dist.get_world_size() == 1:
-        return count
-    total = torch.tensor([count], dtype=torch.long, device=device)
-    dist.all_reduce(total)
-    return int(total.item())
-
-
-def _gather(objects: list[Any]) -> list[Any]:
-    """Every rank's list, concatenated on every rank (the objects go through pickle)."""
-    import torch.distributed as dist
-
-    if dist.get_world_size() == 1:
-        return list(objects)
-    lists: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(lists, objects)
-    return [o for part in lists for o in part]
-
-
 def _from_last_stage(value: Any) -> Any:
     """The last pipeline stage's value on every stage."""
     import torch.distributed as dist
@@ -810,47 +784,3 @@ def _from_last_stage(value: Any) -> Any:
     last = dist.get_global_rank(group, parallel_state.get_pipeline_model_parallel_world_size() - 1)
     dist.broadcast_object_list(box, src=last, group=group)
     return box[0]
-
-
-class _Checkpoint:
-    """Lazy reads from an HF folder's safetensors files (one file or an index of shards)."""
-
-    def __init__(self, folder: Path) -> None:
-        from safetensors import safe_open
-
-        index = folder / "model.safetensors.index.json"
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-        elif (folder / "model.safetensors").exists():
-            weight_map = None
-        else:
-            raise PolicyError(f"{folder} has no safetensors weights (model.safetensors)")
-        files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
-        self._handles = {f: safe_open(str(folder / f), "pt") for f in files}
-        self._where = weight_map or {k: files[0] for k in self._handles[files[0]].keys()}
-        self.keys = list(self._where)
-
-    def __enter__(self) -> _Checkpoint:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._handles.clear()
-
-    def read(self, key: str) -> Any:
-        """One tensor (on CPU) by its HF key."""
-        if key not in self._where:
-            raise PolicyError(f"the checkpoint has no tensor {key!r}")
-        return self._handles[self._where[key]].get_tensor(key)
-
-
-def _write_safetensors(tensors: dict[str, Any], out: Path) -> None:
-    """model.safetensors, or shards with an index past _MAX_SHARD (as save_pretrained)."""
-    from huggingface_hub import split_torch_state_dict_into_shards
-    from safetensors.torch import save_file
-
-    split = split_torch_state_dict_into_shards(tensors, max_shard_size=_MAX_SHARD)
-    for filename, names in split.filename_to_tensors.items():
-        save_file({n: tensors[n] for n in names}, str(out / filename), metadata={"format": "pt"})
-    if split.is_sharded:
-        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
