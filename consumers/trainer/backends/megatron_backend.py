@@ -6,10 +6,12 @@ the policy's HF config with the local layer spec:
 
     load      HF safetensors -> megatron's layout (QKV fused per query group, [gate; up]
               fused, vocab padded; `megatron_layout.py`), sharded over TP ranks, split over
-              PP stages; a frozen reference model the same way when the KL term is on
-    step      the step's micro-batches go through megatron's forward-backward schedule
-              (no pipelining, or 1F1B with PP > 1); on the last stage each micro-batch's
-              logits at the trained positions become a TokenBatch — the same sampling
+              PP stages (`megatron_model.py` builds, `megatron_checkpoint.py` reads); a
+              frozen reference model the same way when the KL term is on
+    step      the step's micro-batches are shared out over the data-parallel ranks and go
+              through megatron's forward-backward schedule (no pipelining, or 1F1B with
+              PP > 1); on the last stage each row's own trained positions go through the
+              vocabulary head and become a TokenBatch — the same sampling
               distribution (`sampling_logprobs`: temperature, top-p) as the torch backend —
               and the trainer's LossFn gives the loss; gradients sum over micro-batches
               and data-parallel ranks (the loss is already normalised by the step's token
@@ -20,23 +22,22 @@ the policy's HF config with the local layer spec:
     save      megatron's layout -> an HF folder (safetensors), the same files the torch
               backend writes, loadable by `load_policy` and the rollout engines
 
-Not supported yet, and refused with a clear error: the vision tower of Qwen2.5-VL (a sample
-with images; the tower's weights are carried through checkpoints untouched), sequence and
-context parallelism, RoPE scaling, sliding-window attention, biased Llama projections.
+Refused with a clear error: the vision tower of Qwen2.5-VL (a sample with images; the
+tower's weights are carried through checkpoints untouched — the torch backend, which shards
+the whole vision-language model with FSDP2, is the VLM path), sequence and context
+parallelism, RoPE scaling, sliding-window attention, biased Llama projections.
 
-Every rank makes the same calls (SPMD): with TP x PP x DP > 1 GPUs, each rank (torchrun)
-builds the backend and calls load/step/save with the same arguments. The trainer service
-drives one process, so `scalecua train --backend megatron` runs on one GPU today; a rank-0
-driver that feeds the other ranks is not written. megatron-core hard-codes CUDA (optimizer,
-schedules, buffers): on CPU it runs only under the test shim in
-tests/consumers/trainer/megatron_cpu.py.
+Every rank makes the same calls (SPMD): with TP x PP x DP > 1 GPUs, each rank builds the
+backend and calls load/step/save with the same arguments — driven by the trainer service on
+rank 0 (consumers/trainer/ranks.py: `scalecua train --backend megatron --nproc N`, or
+torchrun). megatron-core hard-codes CUDA (optimizer, schedules, buffers): on CPU it runs
+only under the test shim in tests/consumers/trainer/megatron_cpu.py, without megatron's own
+optimizers (and so without the distributed optimizer), which check for CUDA tensors.
 """
 
 from __future__ import annotations
 
 import math
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -46,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from consumers.trainer.backends import spmd
+from consumers.trainer.backends import megatron_model, spmd
 from consumers.trainer.backends.base import (
     ImageLoader,
     LossFn,
@@ -59,19 +60,24 @@ from consumers.trainer.backends.base import (
 from consumers.trainer.backends.megatron_checkpoint import (
     HFCheckpoint,
     gather_hf_state,
+    load_hf_weights,
     load_optimizer_state,
     optimizer_manifest,
     save_optimizer_state,
+    untrained_tensors,
     write_hf_folder,
 )
 from consumers.trainer.backends.megatron_layout import (
     MegatronLayout,
-    hf_names,
     hf_prefix,
     megatron_layout,
     text_architecture,
-    to_megatron,
-    tp_shard,
+)
+from consumers.trainer.backends.megatron_model import (
+    build_gpt,
+    optimizer_config,
+    start_parallel,
+    wrap_ddp,
 )
 from consumers.trainer.backends.torch_backend import _is_processor_file
 from consumers.trainer.shared_prefix import batch_cost
@@ -168,49 +174,6 @@ class MegatronBackend:
 
         return torch.cuda.current_device()
 
-    def _start_distributed(self) -> None:
-        import torch
-        import torch.distributed as dist
-        from megatron.core import parallel_state, tensor_parallel
-
-        cfg = self.config
-        if cfg.device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise ConfigError(
-                    "the megatron backend needs CUDA GPUs; on CPU use the torch backend"
-                )
-            index = torch.device(cfg.device).index or 0
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", index)))
-        elif not _megatron_places_on_cpu():
-            raise ConfigError(
-                "megatron-core hard-codes CUDA: the megatron backend runs with --device cuda "
-                "(on CPU only under the test shim tests/consumers/trainer/megatron_cpu.py)"
-            )
-        if not dist.is_initialized():
-            if "RANK" in os.environ:  # torchrun
-                dist.init_process_group(backend=cfg.dist_backend)
-            else:
-                port = _free_port()
-                dist.init_process_group(
-                    backend=cfg.dist_backend,
-                    rank=0,
-                    world_size=1,
-                    init_method=f"tcp://127.0.0.1:{port}",
-                )
-        tp, pp = cfg.tensor_parallel, cfg.pipeline_parallel
-        if dist.get_world_size() % (tp * pp):
-            raise ConfigError(f"world size {dist.get_world_size()} is not a multiple of TP·PP")
-        if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(tp, pp)
-        got = (
-            parallel_state.get_tensor_model_parallel_world_size(),
-            parallel_state.get_pipeline_model_parallel_world_size(),
-        )
-        if got != (tp, pp):
-            raise ConfigError(f"megatron is already initialised with TP, PP = {got}, not {tp, pp}")
-        if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
-            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
-
     # -- loading --------------------------------------------------------------------------
     def load(
         self, weights: Path, *, reference: Path | None = None, optimizer_state: Path | None = None
@@ -228,12 +191,12 @@ class MegatronBackend:
             raise ConfigError(
                 f"PP={cfg.pipeline_parallel} does not divide {arch.num_layers} layers"
             )
-        self._start_distributed()
+        start_parallel(cfg)
         with HFCheckpoint(folder) as ckpt:
             self.layout = megatron_layout(arch, hf_prefix(ckpt.keys), cfg.tensor_parallel)
-            gpt = self._build(arch)
-            self._load_weights(gpt, ckpt.read, self.layout)
-            self._passthrough = self._untrained(ckpt) if _is_first_rank() else {}
+            gpt = build_gpt(arch, cfg, self.layout)
+            load_hf_weights(self._global_names(gpt), ckpt.read, self.layout, cfg.tensor_parallel)
+            self._passthrough = untrained_tensors(ckpt, self.layout) if _is_first_rank() else {}
         self._processor = load_processor(folder)
         self._files = {
             f.name: f.read_bytes()
@@ -241,87 +204,23 @@ class MegatronBackend:
             if f.is_file()
             and (f.name in ("config.json", "generation_config.json") or _is_processor_file(f.name))
         }
-        self.model = self._wrap(gpt)
+        self.model = wrap_ddp(gpt, cfg)
         self.reference = None
         if reference is not None:
             ref_folder = resolve_policy(reference)
             ref_config = AutoConfig.from_pretrained(str(ref_folder), local_files_only=True)
             if text_architecture(ref_config) != arch:
                 raise PolicyError(f"the reference {ref_folder} is not the policy's architecture")
-            ref = self._build(arch)
+            ref = build_gpt(arch, cfg, self.layout)
             with HFCheckpoint(ref_folder) as ref_ckpt:
                 ref_layout = megatron_layout(arch, hf_prefix(ref_ckpt.keys), cfg.tensor_parallel)
-                self._load_weights(ref, ref_ckpt.read, ref_layout)
+                load_hf_weights(self._global_names(ref), ref_ckpt.read, ref_layout,
+                                cfg.tensor_parallel)  # fmt: skip
             self.reference = ref.requires_grad_(False).eval()
-        self.optimizer = _megatron_optimizer(self.model, self._optimizer_config())
+        # (looked up at call time: the CPU test shim replaces it)
+        self.optimizer = megatron_model.megatron_optimizer(self.model, optimizer_config(cfg))
         if optimizer_state is not None:
             load_optimizer_state(self.optimizer, self._manifest(), Path(optimizer_state))
-
-    def _transformer_config(self, arch: Any) -> Any:
-        import torch
-        import torch.nn.functional as F
-        from megatron.core.transformer import TransformerConfig
-
-        cfg = self.config
-        dtype = getattr(torch, cfg.dtype)
-        recompute: dict[str, Any] = {}
-        if cfg.recompute_activations:
-            recompute = {
-                "recompute_granularity": "full",
-                "recompute_method": "uniform",
-                "recompute_num_layers": 1,
-            }
-        return TransformerConfig(
-            num_layers=arch.num_layers,
-            hidden_size=arch.hidden_size,
-            ffn_hidden_size=arch.ffn_hidden_size,
-            num_attention_heads=arch.num_heads,
-            num_query_groups=arch.num_kv_heads,
-            kv_channels=arch.head_dim,
-            normalization="RMSNorm",
-            layernorm_epsilon=arch.rms_norm_eps,
-            gated_linear_unit=True,
-            activation_func=F.silu,
-            add_bias_linear=False,
-            add_qkv_bias=arch.qkv_bias,
-            hidden_dropout=0.0,  # no dropout: the importance ratio starts at exactly 1
-            attention_dropout=0.0,
-            params_dtype=dtype,
-            pipeline_dtype=dtype,
-            bf16=cfg.dtype == "bfloat16",
-            fp16=cfg.dtype == "float16",
-            tensor_model_parallel_size=cfg.tensor_parallel,
-            pipeline_model_parallel_size=cfg.pipeline_parallel,
-            perform_initialization=False,  # every weight comes from the checkpoint
-            gradient_accumulation_fusion=False,  # needs APEX's CUDA extension
-            # The LossFn divides by the step's token count itself: megatron must neither
-            # average over micro-batches nor data-parallel ranks (sums, see _finalize_grads).
-            calculate_per_token_loss=True,
-            variable_seq_lengths=True,  # micro-batches differ in rows and length
-            moe_token_dispatcher_type="alltoall",  # (a dense model; "allgather" forbids the above)
-            **recompute,
-        )
-
-    def _build(self, arch: Any) -> Any:
-        from megatron.core import parallel_state
-        from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-
-        assert self.layout is not None
-        gpt = GPTModel(
-            config=self._transformer_config(arch),
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-            vocab_size=self.layout.padded_vocab,
-            max_sequence_length=arch.max_positions,
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-            parallel_output=False,  # logits gathered over TP: top-p needs the whole vocabulary
-            share_embeddings_and_output_weights=arch.tied_embeddings,
-            position_embedding_type="rope",
-            rotary_base=arch.rope_theta,  # (annotated int: a float base works the same)
-        ).to(self.device)
-        _mark_tensor_parallel(gpt)
-        return gpt
 
     def _global_names(self, gpt: Any) -> Iterator[tuple[str, str, Any]]:
         """(local name, global name, parameter) of this rank's parameters."""
@@ -335,65 +234,6 @@ class MegatronBackend:
             elif local == "output_layer.weight" and self.layout.arch.tied_embeddings:
                 name = "embedding.word_embeddings.weight"  # the last stage's tied copy
             yield local, name, param
-
-    def _load_weights(self, gpt: Any, read: Callable[[str], Any], layout: MegatronLayout) -> None:
-        import torch
-        from megatron.core import parallel_state
-
-        rank = parallel_state.get_tensor_model_parallel_rank()
-        with torch.no_grad():
-            for local, name, param in self._global_names(gpt):
-                full = to_megatron(name, read, layout)
-                shard = tp_shard(name, full, rank, self.config.tensor_parallel)
-                if tuple(shard.shape) != tuple(param.shape):
-                    raise PolicyError(
-                        f"{local}: checkpoint gives {tuple(shard.shape)}, "
-                        f"the model holds {tuple(param.shape)}"
-                    )
-                param.copy_(shard)
-
-    def _untrained(self, ckpt: HFCheckpoint) -> dict[str, Any]:
-        """Checkpoint tensors outside the text decoder (Qwen2.5-VL's vision tower), kept as is."""
-        assert self.layout is not None
-        # A tied checkpoint's stale lm_head copy is dropped too.
-        trained = hf_names(self.layout) | {self.layout.lm_head}
-        return {k: ckpt.read(k) for k in ckpt.keys if k not in trained}
-
-    def _wrap(self, gpt: Any) -> Any:
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-
-        ddp = DistributedDataParallel(
-            gpt.config,
-            DistributedDataParallelConfig(
-                grad_reduce_in_fp32=True,
-                use_distributed_optimizer=self.config.distributed_optimizer,
-            ),
-            gpt,
-        )
-        gpt.config.no_sync_func = ddp.no_sync
-        gpt.config.finalize_model_grads_func = _finalize_grads
-        return ddp
-
-    def _optimizer_config(self) -> Any:
-        import torch
-        from megatron.core.optimizer import OptimizerConfig
-
-        cfg = self.config
-        return OptimizerConfig(
-            optimizer="adam",  # decoupled weight decay: AdamW
-            lr=cfg.lr,
-            min_lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            adam_beta1=cfg.betas[0],
-            adam_beta2=cfg.betas[1],
-            adam_eps=1e-8,
-            # With clipping off megatron reports no norm: an infinite bound measures, never clips.
-            clip_grad=cfg.grad_clip if cfg.grad_clip > 0 else math.inf,
-            bf16=cfg.dtype == "bfloat16",
-            fp16=cfg.dtype == "float16",
-            params_dtype=getattr(torch, cfg.dtype),
-            use_distributed_optimizer=cfg.distributed_optimizer,
-        )
 
     # -- micro-batches --------------------------------------------------------------------
     def _item(self, batch: MicroBatch, index: int) -> _Item:
@@ -685,51 +525,6 @@ class MegatronBackend:
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _megatron_optimizer(model: Any, config: Any) -> Any:
-    """megatron's optimizer for the DDP-wrapped model (CUDA only; the CPU test shim replaces it)."""
-    from megatron.core.optimizer import get_megatron_optimizer
-
-    optimizer = get_megatron_optimizer(config, [model])
-    if config.fp16:  # loss scaling enters the backward pass through the model config
-        model.module.config.grad_scale_func = optimizer.scale_loss
-    return optimizer
-
-
-def _finalize_grads(models: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
-    """megatron's gradient finalisation without its division by the token count."""
-    from megatron.core.distributed import finalize_model_grads
-
-    finalize_model_grads(models, None, **kwargs)
-
-
-def _mark_tensor_parallel(gpt: Any) -> None:
-    """Mark each TP-split weight as such, as megatron's initialisation would have.
-
-    Built with `perform_initialization=False` (every weight comes from the checkpoint),
-    megatron never sets `tensor_model_parallel` on its split weights, and its optimizer
-    then counts them in the gradient norm on TP rank 0 only, as if they were replicated:
-    with TP > 1 the norm (and so the clipping) would miss the other ranks' shards.
-    """
-    from megatron.core.tensor_parallel.layers import (
-        ColumnParallelLinear,
-        RowParallelLinear,
-        VocabParallelEmbedding,
-        set_tensor_model_parallel_attributes,
-    )
-
-    for module in gpt.modules():
-        if isinstance(module, ColumnParallelLinear | VocabParallelEmbedding):
-            dim = 0
-        elif isinstance(module, RowParallelLinear):
-            dim = 1
-        else:
-            continue
-        weight = getattr(module, "weight", None)
-        if weight is not None and not hasattr(weight, "tensor_model_parallel"):
-            stride = getattr(module, "stride", 1)
-            set_tensor_model_parallel_attributes(weight, True, dim, stride)
-
-
 def _per_row(values: Any, counts: list[int]) -> Any:
     """Flat per-position values, row after row, as [rows, max count] (zeros after each row's)."""
     import torch
@@ -749,21 +544,6 @@ def _refuse_images(samples: Sequence[Sample], processor: PolicyProcessor) -> Non
                 "vision tower) is not supported by this backend yet; train segments with images "
                 "with the torch backend"
             )
-
-
-def _megatron_places_on_cpu() -> bool:
-    import torch
-
-    try:
-        return str(torch.cuda.current_device()) == "cpu"
-    except (AssertionError, RuntimeError):
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _is_first_rank() -> bool:

@@ -1,6 +1,8 @@
 """Checkpoint I/O of the megatron backend: HF folders in and out, optimizer state per rank.
 
     HFCheckpoint          lazy reads of an HF folder's safetensors (one file or shards)
+    load_hf_weights       HF tensors converted to megatron's layout, this TP rank's shard
+    untrained_tensors     what the backend does not train (a vision tower), carried through
     gather_hf_state       the trained weights of every TP/PP rank in HF layout, on rank 0
     write_hf_folder       safetensors (sharded past 5 GB, as save_pretrained) + config + the
                           processor's files: the folder `load_policy` and rollout engines read
@@ -15,15 +17,24 @@ ranks that own a file write it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from consumers.trainer.backends.megatron_layout import MegatronLayout, to_hf, tp_unshard
+from consumers.trainer.backends.megatron_layout import (
+    MegatronLayout,
+    hf_names,
+    to_hf,
+    to_megatron,
+    tp_shard,
+    tp_unshard,
+)
 from runtime.errors import PolicyError
 
 __all__ = [
     "HFCheckpoint",
+    "load_hf_weights",
+    "untrained_tensors",
     "gather_hf_state",
     "write_hf_folder",
     "optimizer_manifest",
@@ -63,6 +74,34 @@ class HFCheckpoint:
         if key not in self._where:
             raise PolicyError(f"the checkpoint has no tensor {key!r}")
         return self._handles[self._where[key]].get_tensor(key)
+
+
+def load_hf_weights(
+    names: Iterator[tuple[str, str, Any]], read: Callable[[str], Any], layout: MegatronLayout,
+    tp: int,
+) -> None:  # fmt: skip
+    """Copy HF tensors (`read` by key) into this rank's parameters, given as (local name,
+    global name, parameter): converted to megatron's layout, this TP rank's shard of each."""
+    import torch
+    from megatron.core import parallel_state
+
+    rank = parallel_state.get_tensor_model_parallel_rank()
+    with torch.no_grad():
+        for local, name, param in names:
+            shard = tp_shard(name, to_megatron(name, read, layout), rank, tp)
+            if tuple(shard.shape) != tuple(param.shape):
+                raise PolicyError(
+                    f"{local}: checkpoint gives {tuple(shard.shape)}, "
+                    f"the model holds {tuple(param.shape)}"
+                )
+            param.copy_(shard)
+
+
+def untrained_tensors(ckpt: HFCheckpoint, layout: MegatronLayout) -> dict[str, Any]:
+    """Checkpoint tensors outside the text decoder (Qwen2.5-VL's vision tower), kept as is."""
+    # A tied checkpoint's stale lm_head copy is dropped too.
+    trained = hf_names(layout) | {layout.lm_head}
+    return {k: ckpt.read(k) for k in ckpt.keys if k not in trained}
 
 
 def gather_hf_state(

@@ -146,7 +146,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
     from megatron.core.pipeline_parallel import schedules
     from megatron.core.tensor_parallel import random
 
-    from consumers.trainer.backends import megatron_backend
+    from consumers.trainer.backends import megatron_model
 
     return [
         (torch.cuda, "current_device", lambda: "cpu"),
@@ -154,7 +154,7 @@ def _patches() -> list[tuple[Any, str, Any]]:
         (tensor_parallel, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
         (random, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
         (schedules, "torch", _CpuTorch()),
-        (megatron_backend, "_megatron_optimizer", CpuAdamW),
+        (megatron_model, "megatron_optimizer", CpuAdamW),
     ]
 
 
