@@ -18,7 +18,9 @@ rank that trains them, once per step (consumers/trainer/backends/step_images.py)
 
 Failures end the group: a rank that dies (kill -9, out of memory) breaks rank 0's next
 collective or is seen gone by its parent, and a call whose outcome the ranks do not share
-(one rank raised, another did not) leaves them out of step. Either way rank 0 raises
+leaves them out of step (another rank raised what rank 0 did not, or never finished what
+rank 0 gave up on). An error of rank 0's alone after every rank finished the call (writing
+the checkpoint, which only rank 0 does) is an ordinary error: the group is in step. Either way rank 0 raises
 `RankFailure`; the service stops without finishing, releasing or committing the step's
 groups, and the other ranks are stopped. A restart resumes from the last announced
 checkpoint and the committed offsets, as after a kill -9 of a one-process trainer: nothing
@@ -263,8 +265,8 @@ class RankGroup:
             raise RankFailure(f"sending {method} to the trainer's ranks failed: {exc}") from exc
 
     def _outcome(self, method: str, error: BaseException | None) -> None:
-        """Compare rank 0's outcome of the last call with every other rank's; a difference
-        (or a rank that cannot report) ends the group."""
+        """Compare rank 0's outcome of the last call with every other rank's: raise rank 0's
+        error when the group is still in step, RankFailure when it is not."""
         keys = {r: _STATUS.format(seq=self._seq, rank=r) for r in range(1, self.world_size)}
         # A rank that agreed on rank 0's error reports at once; one still computing what
         # rank 0 gave up on would never report.
@@ -272,10 +274,9 @@ class RankGroup:
         while not self.store.check(list(keys.values())):
             try:
                 self.check()
-            except RankFailure:
+            except RankFailure as gone:
                 if error is not None:
-                    raise RankFailure(f"{method} failed on rank 0 ({error!r}) and a rank "
-                                      "exited") from error  # fmt: skip
+                    raise RankFailure(f"{gone} ({method} failed on rank 0: {error!r})") from error
                 raise
             if deadline is not None and time.monotonic() > deadline:
                 self.broken = True
@@ -285,15 +286,20 @@ class RankGroup:
         statuses = {r: pickle.loads(self.store.get(k)) for r, k in keys.items()}
         for key in keys.values():
             self.store.delete_key(key)
-        mine = _OK if error is None else ("error", type(error).__name__, str(error))
-        differ = {r: s for r, s in statuses.items() if s[:2] != mine[:2]}
-        if differ:
-            self.broken = True
-            rank, status = next(iter(differ.items()))
-            what = "succeeded" if status == _OK else f"raised {status[1]}: {status[2][:500]}"
-            raise RankFailure(f"{method}: rank {rank} {what} while rank 0 "
-                              f"{'succeeded' if error is None else f'raised {error!r}'}: the "
-                              "ranks are out of step") from error  # fmt: skip
+        failed = {r: s for r, s in statuses.items() if s != _OK}
+        if error is not None:
+            # Every other rank finished the call's collectives, so rank 0 did too: its
+            # error came after them (a checkpoint rank 0 alone writes) or every rank raised
+            # the same one (a step the ranks agreed to skip). The group is in step.
+            if all(s[1] == type(error).__name__ for s in failed.values()):
+                raise error
+        elif not failed:
+            return
+        self.broken = True
+        rank, status = next(iter(failed.items()))
+        raise RankFailure(f"{method}: rank {rank} raised {status[1]}: {status[2][:500]} while "
+                          f"rank 0 {'succeeded' if error is None else f'raised {error!r}'}: "
+                          "the ranks are out of step") from error  # fmt: skip
 
 
 class DrivenBackend:

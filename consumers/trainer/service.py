@@ -1,7 +1,9 @@
 """The trainer service: `segment-ready` + `reward` -> GRPO steps -> checkpoints -> `policy-updates`.
 
-One trainer runs per training job (it owns the optimizer; data parallelism lives inside a
-backend). It is a stateful processor on the service runner:
+One trainer runs per training job (it owns the optimizer). With a process group (`nproc`
+> 1, or torchrun) this process is rank 0: the only consumer of the log, driving the other
+ranks through its backend (consumers/trainer/ranks.py); nothing below changes. It is a
+stateful processor on the service runner:
 
 1. Records are joined into groups (`batching.GroupBook`: one judge version, first reward
    per request, complete when every request is rewarded and every scored trajectory has
@@ -25,8 +27,10 @@ groups, and announces the checkpoint again (rollout workers ignore versions they
 kill -9 anywhere therefore trains no group twice and loses none: groups of a step whose
 checkpoint was not complete were never released and are read again.
 
-Failures: a missing or corrupt screenshot makes its trajectory an environment failure and
-the groups are planned again; the blob store or checkpoint store being down is an
+Failures: a rank of the process group that dies or falls out of step (`RankFailure`) stops
+the service there, with the step's groups neither finished, released nor committed: the
+restart trains them. A missing or corrupt screenshot makes its trajectory an environment
+failure and the groups are planned again; the blob store or checkpoint store being down is an
 infrastructure error the runner retries (the trained weights wait in memory for the
 checkpoint); any other failure of a step finishes its groups untrained (counted, logged).
 

@@ -94,6 +94,7 @@ def one_rank(data: Data, tmp_path_factory: pytest.TempPathFactory) -> dict:
     backend.save(out / "torch")
     backend.save_state(out / "torch-state")
     second = backend.step(data.batches, data.objective, _loader(data.blobs_url))
+    backend.save(out / "torch-2")
     refs: dict = {"torch": (result, second, out)}
     with megatron_on_cpu():  # TP = PP = DP = 1
         megatron = make_backend("megatron", dtype="float32", device="cpu", lr=1e-4)
@@ -151,10 +152,17 @@ def test_two_fsdp_ranks_take_the_step_one_rank_takes(
     assert state["state"].keys() == ref_state["state"].keys()
     assert max(float((state["state"][i]["exp_avg_sq"] - ref_state["state"][i]["exp_avg_sq"])
                      .abs().max()) for i in state["state"]) < 1e-9  # fmt: skip
-    # The checkpoint is an ordinary policy folder; a second step continues alike.
+    # The checkpoint is an ordinary policy folder; a second step continues alike, from
+    # this group's own state and from the one-rank run's.
     assert load_policy(tmp_path / "v1").processor.is_multimodal
     again = backend.step(data.batches, data.objective, _loader(data.blobs_url))
     assert again["grad_norm"] == pytest.approx(second["grad_norm"], rel=1e-4)
+    backend.load(out / "torch", reference=base, optimizer_state=out / "torch-state")
+    resumed = backend.step(data.batches, data.objective, _loader(data.blobs_url))
+    assert resumed["grad_norm"] == pytest.approx(second["grad_norm"], rel=1e-4)
+    backend.save(tmp_path / "v2")  # the moments came along: the same second update
+    two = load_file(str(out / "torch-2" / "model.safetensors"))
+    assert _max_diff(load_file(str(tmp_path / "v2" / "model.safetensors")), two) < 1e-5
 
 
 def test_a_failure_on_one_rank_stops_the_step_on_both_and_the_group_goes_on(
@@ -184,6 +192,10 @@ def test_a_failure_on_one_rank_stops_the_step_on_both_and_the_group_goes_on(
     with pytest.raises(MissingImage, match="gone"):
         backend.step(batches, data.objective, _loader(data.blobs_url))
     assert backend.nonfinite_parameters() == 0
+    # Rank 0 alone fails to write a checkpoint (after every rank gathered): its own error.
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OSError):
+        backend.save(tmp_path / "file" / "v1")
     backend.save(tmp_path / "after")
     before = load_file(str(tmp_path / "before" / "model.safetensors"))
     assert _max_diff(load_file(str(tmp_path / "after" / "model.safetensors")), before) == 0.0
