@@ -310,6 +310,28 @@ def probe_costs(
     }
 
 
+def attention_cost(backend: TorchBackend, lengths: list[int], repeats: int = 2) -> float:
+    """Seconds the language model's causal attention alone takes, forward and backward, over
+    items of these lengths (one row each, every decoder layer; best of `repeats` per length)."""
+    import torch
+
+    config = backend.model.config.get_text_config()
+    heads, layers = config.num_attention_heads, config.num_hidden_layers
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    timed: dict[int, float] = {}
+    for length in sorted(set(lengths)):
+        q, k, v = (torch.randn(1, heads, length, dim, requires_grad=True) for _ in range(3))
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True
+            ).sum().backward()
+            best = min(best, time.perf_counter() - started)
+        timed[length] = best
+    return layers * sum(timed[n] for n in lengths)
+
+
 def summarize(segmented: list[list[Segment]]) -> dict[str, float]:
     """Items, images and tokens of a segmented group: totals and per-trajectory means."""
     items = [s for segments in segmented for s in segments]
@@ -348,6 +370,17 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
     longer = ""
     if ctx_v > 1.25 * ctx_s and v["mean_tokens_per_item"] >= 8192:  # long enough to tell
         longer = "; attention, quadratic in length, is a large share of a 128-wide model"
+    attention = ""
+    if v.get("attention_s", 0.0) > s.get("attention_s", float("inf")):  # VCS pays more of it
+        bound = s["step_s"] / v["attention_s"]
+        attention = (
+            f" Causal attention alone, forward and backward in every layer with each item as "
+            f"one row, takes {s['attention_s']:.0f} s over step-wise's items and "
+            f"{v['attention_s']:.0f} s over VCS's ({v['attention_s'] / s['attention_s']:.2f}x: "
+            f"VCS's {v['mean_tokens_per_item']:,.0f}-token items pay length squared): even "
+            f"with everything else free, VCS could step at most {bound:.2f}x faster than "
+            f"step-wise's measured step here."
+        )
     return (
         f"Token counts alone give {token_ratio:.2f}x: step-wise trains "
         f"{s['tokens_per_trajectory']:,.0f} tokens per trajectory, VCS "
@@ -371,7 +404,8 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
         f"trained tokens are the same {s['step_trained_tokens']:,} in every mode and cost "
         f"{head_ms:.1f} ms per position the vocabulary head ({vocab_share:.0%} of the tiny "
         f"model's weights) projects: {s['step_head_positions']:,} positions for step-wise, "
-        f"{v['step_head_positions']:,} for VCS (each row's own trained positions). Our step-wise / VCS ratio: {ratio:.2f}x."
+        f"{v['step_head_positions']:,} for VCS (each row's own trained positions).{attention} "
+        f"Our step-wise / VCS ratio: {ratio:.2f}x."
     )
 
 
@@ -392,6 +426,7 @@ def print_table(rows: dict[str, dict]) -> None:
         ("image prep s", "image_prep_s", "{:.1f}"),
         ("vision s", "vision_s", "{:.1f}"),
         ("rest s", "rest_s", "{:.1f}"),
+        ("attention alone s", "attention_s", "{:.1f}"),
     ]
     cells = [[h for h, _, _ in columns]]
     for row in rows.values():
@@ -476,6 +511,11 @@ def main() -> int:
     print("  probing the cost of a micro-batch and of a trained token ...", flush=True)
     config = GRPOConfig(kl_coef=args.kl_coef)  # otherwise the paper's constants
     costs = probe_costs(backend, config, trained=64 if args.quick else 256)
+    print("  timing the causal attention of every item alone ...", flush=True)
+    for mode in ("stepwise", "vcs"):
+        # rounded to 100 tokens: one timing serves items of about the same length
+        lengths = [round(len(s.ids), -2) or 100 for s in samples[mode]]
+        rows[mode]["attention_s"] = attention_cost(backend, lengths)
     clock = StepClock(backend)
     for mode, row in rows.items():
         longest = max(len(s.ids) for s in samples[mode])

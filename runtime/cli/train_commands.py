@@ -179,18 +179,18 @@ def _train(args: argparse.Namespace) -> int:
     from runtime.config import BusSettings
 
     hf_logging.disable_progress_bar()  # a service logs lines, not progress bars per checkpoint
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     config, options = trainer_config(args)
     launched = torchrun_rank()
+    nproc = launched[1] if launched is not None else args.nproc
+    threads = rank_threads(args, nproc) if nproc > 1 else args.threads
+    if threads:  # ranks on one machine share its cores
+        import torch
+
+        torch.set_num_threads(threads)
     if launched is not None and launched[0] > 0:  # torchrun: rank 0 drives, this rank serves
         from runtime.blobstore import open_blob_store
 
-        threads = rank_threads(args, launched[1])
         return serve(RankSpec(config.backend, options, open_blob_store().url, threads=threads))
-    nproc = launched[1] if launched is not None else args.nproc
     if launched is not None and args.nproc > 1:
         from runtime.errors import ConfigError
 
@@ -200,8 +200,7 @@ def _train(args: argparse.Namespace) -> int:
     async def main() -> int:
         async with trainer_service(
             settings, config, backend_options=options, metrics_port=args.metrics_port,
-            metrics_interval_s=args.metrics_interval, nproc=args.nproc,
-            rank_threads=rank_threads(args, nproc),
+            metrics_interval_s=args.metrics_interval, nproc=args.nproc, rank_threads=threads,
         ) as runner:  # fmt: skip
             trainer = runner.processor
             ranks = f" on {nproc} ranks" if nproc > 1 else ""

@@ -1,6 +1,7 @@
 """kill -9 of rank 1 of a two-rank `scalecua train --nproc 2` in the middle of a step: the
-group ends, a restart resumes from the last announced checkpoint and the committed offsets,
-and the checkpoints and their groups equal those of a two-rank run nobody interrupted."""
+group ends, a restart (two ranks under torchrun) resumes from the last announced checkpoint
+and the committed offsets, and the checkpoints and their groups equal those of a two-rank
+run nobody interrupted."""
 
 from __future__ import annotations
 
@@ -47,10 +48,13 @@ async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_a
     ]  # fmt: skip
     env = {**cli_env, "SCALECUA_BLOBS": str(tmp_path / "blobs")}
 
-    def command(run: str) -> list[str]:
-        return [*SCALECUA, "train", "--nproc", "2", "--policy", "tiny", "--batch-groups", "2",
-                "--lr", "1e-3", "--kl-coef", "0", "--micro-batch-rows", "1", "--group", run,
+    def train(run: str) -> list[str]:
+        return ["train", "--policy", "tiny", "--batch-groups", "2", "--lr", "1e-3",
+                "--kl-coef", "0", "--micro-batch-rows", "1", "--group", run,
                 "--checkpoints", str(tmp_path / run), "--metrics-interval", "1"]  # fmt: skip
+
+    def command(run: str) -> list[str]:
+        return [*SCALECUA, *train(run), "--nproc", "2"]
 
     def start(run: str, extra: list[str] = ()) -> subprocess.Popen:  # type: ignore[assignment]
         log = open(tmp_path / f"{run}.log", "ab")  # noqa: SIM115 - the process writes it
@@ -90,7 +94,10 @@ async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_a
     offsets = await committed(bus_settings, "killed", "reward")
     assert all(r.offset >= offsets[r.partition] for r in records if r.event.trajectory_id in wave2)
 
-    restarted = subprocess.run([*command("killed"), "--max-steps", "2"], env=env, timeout=300,
+    # The restart is torchrun's: the same group, launched the other way.
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2", "-m",
+                "runtime.cli", *train("killed")]  # fmt: skip
+    restarted = subprocess.run([*torchrun, "--max-steps", "2"], env=env, timeout=300,
                                capture_output=True, text=True)  # fmt: skip
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     assert "resuming from" in restarted.stderr and "on 2 ranks" in restarted.stderr
