@@ -20,7 +20,11 @@ synthetic trajectories:
   fastest of two steps per mode, taken in turns (`--repeats`); split into image
   preprocessing, vision tower and the rest (language model forward/backward, vocabulary
   head, optimizer), in wall and CPU time (the machine may be shared: the load average is
-  printed). A mode whose items exceed the paper's 40K max sequence length is n/a;
+  printed), with the screenshots it loaded and encoded (each once per step). A mode whose
+  items exceed the paper's 40K max sequence length is n/a;
+- the language model's causal attention alone over each mode's items (forward and
+  backward, every layer, each item one row): the part of a step that grows with the square
+  of an item's length, and so a floor under VCS's step time on this CPU;
 - what a micro-batch costs whatever its length and what a trained token adds, from small
   text-only steps of the same backend (best of three). The explanation of the step-wise /
   VCS ratio printed at the end is built from these figures.
