@@ -20,7 +20,11 @@ synthetic trajectories:
   fastest of two steps per mode, taken in turns (`--repeats`); split into image
   preprocessing, vision tower and the rest (language model forward/backward, vocabulary
   head, optimizer), in wall and CPU time (the machine may be shared: the load average is
-  printed). A mode whose items exceed the paper's 40K max sequence length is n/a;
+  printed), with the screenshots it loaded and encoded (each once per step). A mode whose
+  items exceed the paper's 40K max sequence length is n/a;
+- the language model's causal attention alone over each mode's items (forward and
+  backward, every layer, each item one row): the part of a step that grows with the square
+  of an item's length, and so a floor under VCS's step time on this CPU;
 - what a micro-batch costs whatever its length and what a trained token adds, from small
   text-only steps of the same backend (best of three). The explanation of the step-wise /
   VCS ratio printed at the end is built from these figures.
@@ -236,15 +240,8 @@ class StepClock:
 
 
 def head_positions(batches: list[MicroBatch]) -> int:
-    """Positions the vocabulary head projects: per micro-batch, rows x its rows' trained union."""
-    total = 0
-    for batch in batches:
-        width = max(len(s.ids) for s in batch.samples)
-        union: set[int] = set()
-        for s in batch.samples:
-            union.update((np.flatnonzero(s.mask) + width - len(s.ids)).tolist())
-        total += len(batch.samples) * len(union)
-    return total
+    """Positions the vocabulary head projects: each row's own trained positions."""
+    return sum(s.tokens for batch in batches for s in batch.samples)
 
 
 def train_step(
@@ -282,7 +279,10 @@ def train_step(
         "step_tokens": int(sum(len(s.ids) for s in samples)),
         "step_trained_tokens": trained,
         "step_head_positions": head_positions(batches),
-        "step_images": sum(len(s.image_refs) for s in samples),
+        "step_images": sum(len(s.image_refs) for s in samples),  # image slots of the items
+        # ...and screenshots the step loaded and put through the vision tower (each once)
+        "step_images_loaded": int(result.get("images_loaded", 0)),
+        "step_images_encoded": int(result.get("images_encoded", 0)),
     }
 
 
@@ -314,6 +314,28 @@ def probe_costs(
     }
 
 
+def attention_cost(backend: TorchBackend, lengths: list[int], repeats: int = 2) -> float:
+    """Seconds the language model's causal attention alone takes, forward and backward, over
+    items of these lengths (one row each, every decoder layer; best of `repeats` per length)."""
+    import torch
+
+    config = backend.model.config.get_text_config()
+    heads, layers = config.num_attention_heads, config.num_hidden_layers
+    dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    timed: dict[int, float] = {}
+    for length in sorted(set(lengths)):
+        q, k, v = (torch.randn(1, heads, length, dim, requires_grad=True) for _ in range(3))
+        best = float("inf")
+        for _ in range(repeats):
+            started = time.perf_counter()
+            torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, is_causal=True
+            ).sum().backward()
+            best = min(best, time.perf_counter() - started)
+        timed[length] = best
+    return layers * sum(timed[n] for n in lengths)
+
+
 def summarize(segmented: list[list[Segment]]) -> dict[str, float]:
     """Items, images and tokens of a segmented group: totals and per-trajectory means."""
     items = [s for segments in segmented for s in segments]
@@ -341,7 +363,8 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
     batch_s, head_ms = costs["micro_batch_s"], costs["trained_token_ms"]
     saved = (s["micro_batches"] - v["micro_batches"]) * batch_s
     image_s, image_v = s["image_prep_s"] + s["vision_s"], v["image_prep_s"] + v["vision_s"]
-    per_image = (image_s + image_v) / (s["step_images"] + v["step_images"])
+    encoded_s, encoded_v = s["step_images_encoded"], v["step_images_encoded"]
+    per_image = (image_s + image_v) / max(encoded_s + encoded_v, 1)
 
     def context_ms(r: dict) -> float:  # the rest, less the vocabulary head and fixed costs
         fixed = r["micro_batches"] * batch_s + r["step_head_positions"] * head_ms / 1000
@@ -351,10 +374,17 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
     longer = ""
     if ctx_v > 1.25 * ctx_s and v["mean_tokens_per_item"] >= 8192:  # long enough to tell
         longer = "; attention, quadratic in length, is a large share of a 128-wide model"
-    union = ""
-    if v["step_head_positions"] > 1.1 * v["step_trained_tokens"]:
-        union = (" (VCS's segments, packed together, project more: a micro-batch projects every "
-                 "row at the union of its rows' trained positions)")  # fmt: skip
+    attention = ""
+    if v.get("attention_s", 0.0) > s.get("attention_s", float("inf")):  # VCS pays more of it
+        bound = s["step_s"] / v["attention_s"]
+        attention = (
+            f" Causal attention alone, forward and backward in every layer with each item as "
+            f"one row, takes {s['attention_s']:.0f} s over step-wise's items and "
+            f"{v['attention_s']:.0f} s over VCS's ({v['attention_s'] / s['attention_s']:.2f}x: "
+            f"VCS's {v['mean_tokens_per_item']:,.0f}-token items pay length squared): even "
+            f"with everything else free, VCS could step at most {bound:.2f}x faster than "
+            f"step-wise's measured step here."
+        )
     return (
         f"Token counts alone give {token_ratio:.2f}x: step-wise trains "
         f"{s['tokens_per_trajectory']:,.0f} tokens per trajectory, VCS "
@@ -371,13 +401,15 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
         f"({s['rest_s'] / v['rest_s']:.2f}x); less its fixed and vocabulary-head costs, a token "
         f"costs {ctx_s:.2f} ms in step-wise's items ({s['mean_tokens_per_item']:,.0f} tokens on "
         f"average) and {ctx_v:.2f} ms in VCS's ({v['mean_tokens_per_item']:,.0f}){longer}. "
-        f"VCS encodes {v['step_images']} screenshots against step-wise's {s['step_images']} "
-        f"(each window keeps the previous one's last Δ), at {per_image:.2f} s each for "
-        f"preprocessing and the vision tower: {image_v:.0f} s against {image_s:.0f} s. The "
+        f"VCS's items hold {v['step_images']} screenshots against step-wise's "
+        f"{s['step_images']} (each window keeps the previous one's last Δ); each is loaded and "
+        f"encoded once per step ({encoded_v} against {encoded_s}), at {per_image:.2f} s each "
+        f"for preprocessing and the vision tower: {image_v:.0f} s against {image_s:.0f} s. The "
         f"trained tokens are the same {s['step_trained_tokens']:,} in every mode and cost "
         f"{head_ms:.1f} ms per position the vocabulary head ({vocab_share:.0%} of the tiny "
         f"model's weights) projects: {s['step_head_positions']:,} positions for step-wise, "
-        f"{v['step_head_positions']:,} for VCS{union}. Our step-wise / VCS ratio: {ratio:.2f}x."
+        f"{v['step_head_positions']:,} for VCS (each row's own trained positions).{attention} "
+        f"Our step-wise / VCS ratio: {ratio:.2f}x."
     )
 
 
@@ -391,12 +423,14 @@ def print_table(rows: dict[str, dict]) -> None:
         ("peak tokens/item", "peak_tokens_per_item", "{:,}"),
         ("segmenter steps/s", "segmenter_steps_per_s", "{:,.0f}"),
         ("micro-batches", "micro_batches", "{}"),
+        ("encoded", "step_images_encoded", "{}"),
         ("head positions", "step_head_positions", "{:,}"),
         ("step s", "step_s", "{:.1f}"),
         ("cpu s", "step_cpu_s", "{:.1f}"),
         ("image prep s", "image_prep_s", "{:.1f}"),
         ("vision s", "vision_s", "{:.1f}"),
         ("rest s", "rest_s", "{:.1f}"),
+        ("attention alone s", "attention_s", "{:.1f}"),
     ]
     cells = [[h for h, _, _ in columns]]
     for row in rows.values():
@@ -481,6 +515,11 @@ def main() -> int:
     print("  probing the cost of a micro-batch and of a trained token ...", flush=True)
     config = GRPOConfig(kl_coef=args.kl_coef)  # otherwise the paper's constants
     costs = probe_costs(backend, config, trained=64 if args.quick else 256)
+    print("  timing the causal attention of every item alone ...", flush=True)
+    for mode in ("stepwise", "vcs"):
+        # rounded to 100 tokens: one timing serves items of about the same length
+        lengths = [round(len(s.ids), -2) or 100 for s in samples[mode]]
+        rows[mode]["attention_s"] = attention_cost(backend, lengths)
     clock = StepClock(backend)
     for mode, row in rows.items():
         longest = max(len(s.ids) for s in samples[mode])

@@ -241,7 +241,7 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     from runtime.cli.rollout_commands import rollout_setup
     from runtime.cli.sample_commands import sampler_config
     from runtime.cli.segment_commands import segmenter_config
-    from runtime.cli.train_commands import trainer_config
+    from runtime.cli.train_commands import rank_threads, trainer_config
     from runtime.envs.tasks.builtin import builtin_ids
 
     svc = config.services
@@ -324,10 +324,13 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
                         backend_options=options,
                         blobs=blobs,
                         metrics_interval_s=60,
+                        nproc=train_args.nproc,
+                        rank_threads=rank_threads(train_args, train_args.nproc),
                     )  # fmt: skip
                 )
             start("trainer", trainer_runner)
-            _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}, "
+            ranks = f" on {train_args.nproc} ranks" if train_args.nproc > 1 else ""
+            _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}{ranks}, "
                  f"{trainer_cfg.batch_groups} groups per step, from version "
                  f"{trainer_runner.processor.version}; checkpoints in {checkpoints}")  # fmt: skip
 

@@ -45,6 +45,7 @@ __all__ = [
     "k3_kl",
     "grpo_token_loss",
     "sft_token_loss",
+    "StepObjective",
     "finish_stats",
 ]
 
@@ -188,6 +189,29 @@ def sft_token_loss(
             "entropy_sum": float((entropy * mask).sum()) if entropy is not None else 0.0,
         }
     return loss, stats
+
+
+@dataclass(frozen=True)
+class StepObjective:
+    """The step's loss as a backend calls it per micro-batch: GRPO or SFT over `num_tokens`.
+
+    A value, not a closure: every rank of a process group receives the same one.
+    """
+
+    objective: str  # "grpo" or "sft"
+    num_tokens: float  # mask-1 tokens of the whole step (the token-level mean's N)
+    config: GRPOConfig = GRPOConfig()
+
+    def __call__(self, batch: Any) -> tuple[Any, dict[str, float]]:
+        """The loss and stat sums of one micro-batch (a backend's TokenBatch)."""
+        if self.objective == "sft":
+            return sft_token_loss(batch.logp, batch.mask, num_tokens=self.num_tokens,
+                                  weights=batch.weights, entropy=batch.entropy)  # fmt: skip
+        return grpo_token_loss(
+            batch.logp, batch.old_logp, batch.advantages, batch.mask, self.config,
+            num_tokens=self.num_tokens, ref_logp=batch.ref_logp, weights=batch.weights,
+            entropy=batch.entropy,
+        )  # fmt: skip
 
 
 _SUMMED = ("tokens", "loss", "pg_sum", "clip_low", "clip_high", "dual_clip", "ratio_sum",

@@ -1,7 +1,9 @@
 """The trainer service: `segment-ready` + `reward` -> GRPO steps -> checkpoints -> `policy-updates`.
 
-One trainer runs per training job (it owns the optimizer; data parallelism lives inside a
-backend). It is a stateful processor on the service runner:
+One trainer runs per training job (it owns the optimizer). With a process group (`nproc`
+> 1, or torchrun) this process is rank 0: the only consumer of the log, driving the other
+ranks through its backend (consumers/trainer/ranks.py); nothing below changes. It is a
+stateful processor on the service runner:
 
 1. Records are joined into groups (`batching.GroupBook`: one judge version, first reward
    per request, complete when every request is rewarded and every scored trajectory has
@@ -25,8 +27,10 @@ groups, and announces the checkpoint again (rollout workers ignore versions they
 kill -9 anywhere therefore trains no group twice and loses none: groups of a step whose
 checkpoint was not complete were never released and are read again.
 
-Failures: a missing or corrupt screenshot makes its trajectory an environment failure and
-the groups are planned again; the blob store or checkpoint store being down is an
+Failures: a rank of the process group that dies or falls out of step (`RankFailure`) stops
+the service there, with the step's groups neither finished, released nor committed: the
+restart trains them. A missing or corrupt screenshot makes its trajectory an environment
+failure and the groups are planned again; the blob store or checkpoint store being down is an
 infrastructure error the runner retries (the trained weights wait in memory for the
 checkpoint); any other failure of a step finishes its groups untrained (counted, logged).
 
@@ -48,7 +52,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import logging
 import math
 import time
@@ -64,7 +67,6 @@ from consumers.trainer.backends import (
     MicroBatch,
     NonFiniteStep,
     Sample,
-    TokenBatch,
     TrainerBackend,
     make_backend,
 )
@@ -78,19 +80,18 @@ from consumers.trainer.batching import (
     summarize,
 )
 from consumers.trainer.checkpoints import CheckpointStore, default_checkpoint_root
-from consumers.trainer.grpo import GRPOConfig, finish_stats, grpo_token_loss, sft_token_loss
+from consumers.trainer.grpo import GRPOConfig, StepObjective, finish_stats
+from consumers.trainer.ranks import RankFailure, RankGroup, RankSpec, torchrun_rank
+from consumers.trainer.screenshots import MissingImage, load_images
 from consumers.trainer.shared_prefix import batch_cost, pack_shared
 from runtime.blobstore import BlobStore, open_blob_store
 from runtime.bus import EventConsumer, Record
 from runtime.config import BusSettings
 from runtime.errors import (
-    BlobCorrupt,
-    BlobNotFound,
     ConfigError,
     InfrastructureError,
     PolicyError,
     RecordError,
-    StorageError,
 )
 from runtime.policy.model import resolve_policy
 from runtime.service import Output, ServiceRunner
@@ -135,40 +136,6 @@ class TrainerConfig:
 
 class _NonFiniteWeights(Exception):
     """A step left weights that are NaN or infinite: they must not be written or announced."""
-
-
-class _MissingImage(Exception):
-    """A screenshot of a trajectory is missing or corrupt in the blob store."""
-
-    def __init__(self, trajectory_id: str, reason: str) -> None:
-        super().__init__(f"{trajectory_id}: {reason}")
-        self.trajectory_id = trajectory_id
-
-
-def load_images(blobs: BlobStore, sample: Sample) -> list[Any]:
-    """A sample's screenshots from the blob store, resized to the sizes they were rendered at.
-
-    The same decode and resize as the rollout worker's `fit_image` (RGB, bilinear), so the
-    pixels equal what the rollout engine was given.
-    """
-    from PIL import Image
-
-    images = []
-    for ref, (width, height) in zip(sample.image_refs, sample.image_sizes, strict=True):
-        try:
-            data = blobs.get(ref)
-        except (BlobNotFound, BlobCorrupt, ValueError) as exc:
-            raise _MissingImage(sample.trajectory_id, str(exc)) from exc
-        except Exception as exc:  # the store itself (a network or disk failure): retried
-            raise StorageError(f"reading {ref} from {blobs.url}: {exc}") from exc
-        try:
-            image = Image.open(io.BytesIO(data)).convert("RGB")
-        except (OSError, ValueError) as exc:  # stored intact, but not an image
-            raise _MissingImage(sample.trajectory_id, f"{ref} does not decode: {exc}") from exc
-        if image.size != (width, height):
-            image = image.resize((width, height), Image.BILINEAR)
-        images.append(image)
-    return images
 
 
 def _spec(policy: str) -> str:
@@ -341,6 +308,9 @@ class Trainer:
 
     async def tick(self) -> list[Output]:
         """Release announced groups, finish a done step, expire idle groups, start a step."""
+        check = getattr(self.backend, "check", None)
+        if check is not None:  # a rank of the trainer's process group died: stop here
+            check()
         if self._release:
             # The runner acknowledged last tick's policy update (or dead letters) before
             # calling us again.
@@ -474,17 +444,8 @@ class Trainer:
             job.error = exc
 
     def _train(self, job: _Job) -> None:
-        config, n = self.config, job.tokens
-
-        def loss_fn(tb: TokenBatch) -> tuple[Any, dict[str, float]]:
-            if config.plan.objective == "sft":
-                return sft_token_loss(tb.logp, tb.mask, num_tokens=n, weights=tb.weights,
-                                      entropy=tb.entropy)  # fmt: skip
-            return grpo_token_loss(
-                tb.logp, tb.old_logp, tb.advantages, tb.mask, config.grpo, num_tokens=n,
-                ref_logp=tb.ref_logp, weights=tb.weights, entropy=tb.entropy,
-            )  # fmt: skip
-
+        config = self.config
+        loss_fn = StepObjective(config.plan.objective, job.tokens, config.grpo)
         result = self.backend.step(job.batches, loss_fn, lambda s: load_images(self.blobs, s))
         bad = self.backend.nonfinite_parameters()
         if bad:
@@ -559,10 +520,14 @@ class Trainer:
 
     async def _finish(self, job: _Job) -> None:
         """Act on a finished step: announce it, or give its groups back, or finish them."""
+        if isinstance(job.error, RankFailure):
+            # The group is over: nothing of this step is finished, released or given back;
+            # the runner stops without committing past its groups, and a restart trains them.
+            raise job.error
         if not job.trained:
             self._job = None
             error = job.error
-            if isinstance(error, _MissingImage):
+            if isinstance(error, MissingImage):
                 self._mark_unusable(job.groups, error.trajectory_id)
                 self.book.count("rollouts_missing_images")
                 log.warning("trainer: %s; its trajectory leaves its group", error)
@@ -695,8 +660,14 @@ async def trainer_service(
     blobs: BlobStore | None = None,
     metrics_port: int | None = None,
     metrics_interval_s: float = 30.0,
+    nproc: int = 1,
+    rank_threads: int = 0,
 ) -> AsyncIterator[ServiceRunner]:
     """Load the trainer (newest checkpoint or base policy) and yield its runner, unstarted.
+
+    With `nproc` > 1 this process is rank 0 of a process group it starts (ranks 1..nproc-1
+    as child processes, each with `rank_threads` torch threads); under torchrun it is rank
+    0 of torchrun's group. The group ends when the context does.
 
     async with trainer_service(settings, TrainerConfig(batch_groups=2)) as runner:
         await runner.run()
@@ -707,15 +678,31 @@ async def trainer_service(
     options = dict(backend_options or {})
     if config.grpo.entropy_coef != 0.0:
         options.setdefault("entropy_grad", True)
-    backend = make_backend(config.backend, **options)
-    store = CheckpointStore(config.checkpoints or default_checkpoint_root())
-    trainer = Trainer(config, backend, blobs or open_blob_store(), store, run_id)
-    await asyncio.to_thread(trainer.load)
-    if trainer.version > 0 and await newest_announced(settings) >= trainer.version:
-        trainer.announced()  # only a crash before the announcement's ack needs it again
-    runner = ServiceRunner(
-        trainer, settings, group_id=config.group_id, metrics_port=metrics_port,
-        metrics_interval_s=metrics_interval_s,
-    )  # fmt: skip
-    trainer.on_done = runner.stop
-    yield runner
+    blobs = blobs or open_blob_store()
+    group: RankGroup | None = None
+    launched = torchrun_rank()
+    try:
+        if nproc > 1 or (launched is not None and launched[1] > 1):
+            spec = RankSpec(config.backend, options, blobs=blobs.url, threads=rank_threads)
+            if launched is not None:
+                group = await asyncio.to_thread(RankGroup.join, spec)
+            else:
+                group = RankGroup.spawn(nproc, spec)  # here: the ranks die with this thread
+                await asyncio.to_thread(group.connect)
+            backend: TrainerBackend = await asyncio.to_thread(group.backend)
+        else:
+            backend = make_backend(config.backend, **options)
+        store = CheckpointStore(config.checkpoints or default_checkpoint_root())
+        trainer = Trainer(config, backend, blobs, store, run_id)
+        await asyncio.to_thread(trainer.load)
+        if trainer.version > 0 and await newest_announced(settings) >= trainer.version:
+            trainer.announced()  # only a crash before the announcement's ack needs it again
+        runner = ServiceRunner(
+            trainer, settings, group_id=config.group_id, metrics_port=metrics_port,
+            metrics_interval_s=metrics_interval_s,
+        )  # fmt: skip
+        trainer.on_done = runner.stop
+        yield runner
+    finally:
+        if group is not None:
+            await asyncio.to_thread(group.close)

@@ -6,9 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from runtime.cli.settings import PORT, integer, number
+from runtime.cli.settings import PORT, integer, number, require
 
-__all__ = ["register", "trainer_config"]
+__all__ = ["register", "trainer_config", "rank_threads"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -82,6 +82,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=integer(0), default=0, help="torch CPU threads (0: default)")
+    p.add_argument(
+        "--nproc", type=integer(1), default=1,
+        help="ranks of the trainer's process group, started here: this process is rank 0 and "
+        "drives the others (1: one process; under torchrun the group is torchrun's)",
+    )  # fmt: skip
+    p.add_argument("--tensor-parallel", type=integer(1), default=1,
+                   help="megatron: TP, ranks each layer is split across")  # fmt: skip
+    p.add_argument("--pipeline-parallel", type=integer(1), default=1,
+                   help="megatron: PP, stages the layers are split across")  # fmt: skip
+    p.add_argument("--distributed-optimizer", action="store_true",
+                   help="megatron: shard the optimizer state over data-parallel ranks")  # fmt: skip
+    require(p, ("backend", "tensor_parallel", "pipeline_parallel"),
+            lambda backend, tp, pp: backend == "megatron" or tp == pp == 1,
+            "tensor and pipeline parallelism are the megatron backend's (the torch backend "
+            "shards every layer over all ranks instead)")  # fmt: skip
     p.add_argument("--group", default="trainer", help="consumer group (default trainer)")
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
@@ -134,33 +149,64 @@ def trainer_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         "lr": args.lr, "weight_decay": args.weight_decay, "grad_clip": args.grad_clip,
         "dtype": args.dtype, "device": args.device,
     }  # fmt: skip
+    if args.backend == "megatron":
+        options.update(tensor_parallel=args.tensor_parallel,
+                       pipeline_parallel=args.pipeline_parallel,
+                       distributed_optimizer=args.distributed_optimizer)  # fmt: skip
+    elif args.distributed_optimizer:
+        from runtime.errors import ConfigError
+
+        raise ConfigError("--distributed-optimizer is the megatron backend's (the torch "
+                          "backend shards the optimizer state over every rank already)")  # fmt: skip
     return config, options
+
+
+def rank_threads(args: argparse.Namespace, nproc: int) -> int:
+    """torch CPU threads for each rank above 0: --threads, else the cores shared out."""
+    import os
+
+    if args.threads or not str(args.device).startswith("cpu"):
+        return int(args.threads)
+    return max(1, (os.cpu_count() or 1) // nproc)
 
 
 def _train(args: argparse.Namespace) -> int:
     from transformers.utils import logging as hf_logging
 
+    from consumers.trainer.ranks import RankSpec, serve, torchrun_rank
     from consumers.trainer.service import trainer_service
     from runtime.cli.bus_commands import _run
     from runtime.config import BusSettings
 
     hf_logging.disable_progress_bar()  # a service logs lines, not progress bars per checkpoint
-    if args.threads:
+    config, options = trainer_config(args)
+    launched = torchrun_rank()
+    nproc = launched[1] if launched is not None else args.nproc
+    threads = rank_threads(args, nproc) if nproc > 1 else args.threads
+    if threads:  # ranks on one machine share its cores
         import torch
 
-        torch.set_num_threads(args.threads)
-    config, options = trainer_config(args)
+        torch.set_num_threads(threads)
+    if launched is not None and launched[0] > 0:  # torchrun: rank 0 drives, this rank serves
+        from runtime.blobstore import open_blob_store
+
+        return serve(RankSpec(config.backend, options, open_blob_store().url, threads=threads))
+    if launched is not None and args.nproc > 1:
+        from runtime.errors import ConfigError
+
+        raise ConfigError("under torchrun the process group is torchrun's: drop --nproc")
     settings = BusSettings.from_env(args.bootstrap)
 
     async def main() -> int:
         async with trainer_service(
             settings, config, backend_options=options, metrics_port=args.metrics_port,
-            metrics_interval_s=args.metrics_interval,
+            metrics_interval_s=args.metrics_interval, nproc=args.nproc, rank_threads=threads,
         ) as runner:  # fmt: skip
             trainer = runner.processor
+            ranks = f" on {nproc} ranks" if nproc > 1 else ""
             print(f"trainer: {config.plan.objective} on {args.policy} with the {args.backend} "
-                  f"backend at version {trainer.version}, {config.batch_groups} groups per "
-                  f"step, checkpoints in {trainer.store.root}", file=sys.stderr)  # fmt: skip
+                  f"backend{ranks} at version {trainer.version}, {config.batch_groups} groups "
+                  f"per step, checkpoints in {trainer.store.root}", file=sys.stderr)  # fmt: skip
             await runner.run()
         return 0
 

@@ -100,6 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--dashboard-port", type=integer(*PORT), default=8080,
                    help="dashboard port on 127.0.0.1 (0: any free one; taken: any free one)")  # fmt: skip
     p.add_argument("--no-dashboard", action="store_true", help="do not serve the dashboard")
+    p.add_argument("--trainer-nproc", type=integer(1), default=None,
+                   help="ranks of the trainer's process group (default [train] nproc, 1)")  # fmt: skip
     p.add_argument("--bootstrap", default=None,
                    help="use this Kafka cluster instead of the embedded broker")  # fmt: skip
     p.add_argument(
@@ -149,6 +151,8 @@ def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
     svc["train"].batch_groups = args.batch
     svc["train"].policy = svc["rollout"].policy
     svc["train"].judge_version = svc["judge"].judge_version
+    if getattr(args, "trainer_nproc", None):
+        svc["train"].nproc = args.trainer_nproc
     return svc
 
 

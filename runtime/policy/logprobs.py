@@ -29,8 +29,13 @@ def model_inputs(
     ids: Sequence[Sequence[int]],
     images: Sequence[Sequence[Any]],
     pad_id: int,
+    vision: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Left-padded model inputs for a batch of token id lists and their images."""
+    """Left-padded model inputs for a batch of token id lists and their images.
+
+    `vision`, when given, is the processor's output for the images already (at least
+    `image_grid_thw`, in order): the images are then only counted, not processed again.
+    """
     import torch
 
     if len(ids) != len(images):
@@ -51,7 +56,7 @@ def model_inputs(
     image_id = processor.image_token_id
     is_image = (input_ids == image_id) & (attention == 1)
     if flat:
-        vision = processor.image_inputs(flat)
+        vision = processor.image_inputs(flat) if vision is None else vision
         merge = int(processor.image_processor.merge_size) ** 2
         per_image = (vision["image_grid_thw"].prod(-1) // merge).tolist()
         # Check per row: a mismatch anywhere would otherwise shift every later image.

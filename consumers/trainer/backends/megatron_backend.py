@@ -6,10 +6,12 @@ the policy's HF config with the local layer spec:
 
     load      HF safetensors -> megatron's layout (QKV fused per query group, [gate; up]
               fused, vocab padded; `megatron_layout.py`), sharded over TP ranks, split over
-              PP stages; a frozen reference model the same way when the KL term is on
-    step      the step's micro-batches go through megatron's forward-backward schedule
-              (no pipelining, or 1F1B with PP > 1); on the last stage each micro-batch's
-              logits at the trained positions become a TokenBatch — the same sampling
+              PP stages (`megatron_model.py` builds, `megatron_checkpoint.py` reads); a
+              frozen reference model the same way when the KL term is on
+    step      the step's micro-batches are shared out over the data-parallel ranks and go
+              through megatron's forward-backward schedule (no pipelining, or 1F1B with
+              PP > 1); on the last stage each row's own trained positions go through the
+              vocabulary head and become a TokenBatch — the same sampling
               distribution (`sampling_logprobs`: temperature, top-p) as the torch backend —
               and the trainer's LossFn gives the loss; gradients sum over micro-batches
               and data-parallel ranks (the loss is already normalised by the step's token
@@ -20,24 +22,22 @@ the policy's HF config with the local layer spec:
     save      megatron's layout -> an HF folder (safetensors), the same files the torch
               backend writes, loadable by `load_policy` and the rollout engines
 
-Not supported yet, and refused with a clear error: the vision tower of Qwen2.5-VL (a sample
-with images; the tower's weights are carried through checkpoints untouched), sequence and
-context parallelism, RoPE scaling, sliding-window attention, biased Llama projections.
+Refused with a clear error: the vision tower of Qwen2.5-VL (a sample with images; the
+tower's weights are carried through checkpoints untouched — the torch backend, which shards
+the whole vision-language model with FSDP2, is the VLM path), sequence and context
+parallelism, RoPE scaling, sliding-window attention, biased Llama projections.
 
-Every rank makes the same calls (SPMD): with TP x PP x DP > 1 GPUs, each rank (torchrun)
-builds the backend and calls load/step/save with the same arguments. The trainer service
-drives one process, so `scalecua train --backend megatron` runs on one GPU today; a rank-0
-driver that feeds the other ranks is not written. megatron-core hard-codes CUDA (optimizer,
-schedules, buffers): on CPU it runs only under the test shim in
-tests/consumers/trainer/megatron_cpu.py.
+Every rank makes the same calls (SPMD): with TP x PP x DP > 1 GPUs, each rank builds the
+backend and calls load/step/save with the same arguments — driven by the trainer service on
+rank 0 (consumers/trainer/ranks.py: `scalecua train --backend megatron --nproc N`, or
+torchrun). megatron-core hard-codes CUDA (optimizer, schedules, buffers): on CPU it runs
+only under the test shim in tests/consumers/trainer/megatron_cpu.py, without megatron's own
+optimizers (and so without the distributed optimizer), which check for CUDA tensors.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import socket
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from consumers.trainer.backends import megatron_model, spmd
 from consumers.trainer.backends.base import (
     ImageLoader,
     LossFn,
@@ -56,18 +57,30 @@ from consumers.trainer.backends.base import (
     TokenBatch,
     count_nonfinite,
 )
+from consumers.trainer.backends.megatron_checkpoint import (
+    HFCheckpoint,
+    gather_hf_state,
+    load_hf_weights,
+    load_optimizer_state,
+    optimizer_manifest,
+    save_optimizer_state,
+    untrained_tensors,
+    write_hf_folder,
+)
 from consumers.trainer.backends.megatron_layout import (
     MegatronLayout,
-    hf_names,
     hf_prefix,
     megatron_layout,
     text_architecture,
-    to_hf,
-    to_megatron,
-    tp_shard,
-    tp_unshard,
+)
+from consumers.trainer.backends.megatron_model import (
+    build_gpt,
+    optimizer_config,
+    start_parallel,
+    wrap_ddp,
 )
 from consumers.trainer.backends.torch_backend import _is_processor_file
+from consumers.trainer.shared_prefix import batch_cost
 from runtime.errors import ConfigError, PolicyError
 from runtime.policy.logprobs import sampling_logprobs
 from runtime.policy.model import resolve_policy
@@ -76,7 +89,6 @@ from runtime.policy.processor import PolicyProcessor, load_processor
 __all__ = ["MegatronBackend", "MegatronBackendConfig"]
 
 _DTYPES = ("float32", "bfloat16", "float16")
-_MAX_SHARD = "5GB"  # safetensors shard size of saved checkpoints (as save_pretrained)
 
 
 @dataclass(frozen=True)
@@ -107,10 +119,11 @@ class _Item:
     ids: Any  # [b, s] right-padded token ids
     positions: Any  # [b, s]
     causal: Any  # [1, 1, s, s] bool, True where attention is masked
-    targets: Any  # [t] trained positions (the union over rows)
-    target_ids: Any  # [b, t]
-    valid: Any  # [b, t] 1 where the position exists in the row
-    mask: Any  # [b, t] 1 where the row trains the position
+    rows: Any  # [n] the row of each trained position, row by row
+    cols: Any  # [n] ...and its position in the row: only these reach the vocabulary head
+    target_ids: Any  # [n] the tokens there
+    counts: list[int]  # trained positions per row
+    mask: Any  # [b, t] 1 where row r has its t-th trained token (t < counts[r])
     old_logp: Any  # [b, t]
     advantages: Any  # [b]
     weights: Any  # [b]
@@ -161,49 +174,6 @@ class MegatronBackend:
 
         return torch.cuda.current_device()
 
-    def _start_distributed(self) -> None:
-        import torch
-        import torch.distributed as dist
-        from megatron.core import parallel_state, tensor_parallel
-
-        cfg = self.config
-        if cfg.device.startswith("cuda"):
-            if not torch.cuda.is_available():
-                raise ConfigError(
-                    "the megatron backend needs CUDA GPUs; on CPU use the torch backend"
-                )
-            index = torch.device(cfg.device).index or 0
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", index)))
-        elif not _megatron_places_on_cpu():
-            raise ConfigError(
-                "megatron-core hard-codes CUDA: the megatron backend runs with --device cuda "
-                "(on CPU only under the test shim tests/consumers/trainer/megatron_cpu.py)"
-            )
-        if not dist.is_initialized():
-            if "RANK" in os.environ:  # torchrun
-                dist.init_process_group(backend=cfg.dist_backend)
-            else:
-                port = _free_port()
-                dist.init_process_group(
-                    backend=cfg.dist_backend,
-                    rank=0,
-                    world_size=1,
-                    init_method=f"tcp://127.0.0.1:{port}",
-                )
-        tp, pp = cfg.tensor_parallel, cfg.pipeline_parallel
-        if dist.get_world_size() % (tp * pp):
-            raise ConfigError(f"world size {dist.get_world_size()} is not a multiple of TP·PP")
-        if not parallel_state.model_parallel_is_initialized():
-            parallel_state.initialize_model_parallel(tp, pp)
-        got = (
-            parallel_state.get_tensor_model_parallel_world_size(),
-            parallel_state.get_pipeline_model_parallel_world_size(),
-        )
-        if got != (tp, pp):
-            raise ConfigError(f"megatron is already initialised with TP, PP = {got}, not {tp, pp}")
-        if not tensor_parallel.get_cuda_rng_tracker().is_initialized():
-            tensor_parallel.model_parallel_cuda_manual_seed(cfg.seed)
-
     # -- loading --------------------------------------------------------------------------
     def load(
         self, weights: Path, *, reference: Path | None = None, optimizer_state: Path | None = None
@@ -221,12 +191,12 @@ class MegatronBackend:
             raise ConfigError(
                 f"PP={cfg.pipeline_parallel} does not divide {arch.num_layers} layers"
             )
-        self._start_distributed()
-        with _Checkpoint(folder) as ckpt:
+        start_parallel(cfg)
+        with HFCheckpoint(folder) as ckpt:
             self.layout = megatron_layout(arch, hf_prefix(ckpt.keys), cfg.tensor_parallel)
-            gpt = self._build(arch)
-            self._load_weights(gpt, ckpt.read, self.layout)
-            self._passthrough = self._untrained(ckpt) if _is_first_rank() else {}
+            gpt = build_gpt(arch, cfg, self.layout)
+            load_hf_weights(self._global_names(gpt), ckpt.read, self.layout, cfg.tensor_parallel)
+            self._passthrough = untrained_tensors(ckpt, self.layout) if _is_first_rank() else {}
         self._processor = load_processor(folder)
         self._files = {
             f.name: f.read_bytes()
@@ -234,85 +204,23 @@ class MegatronBackend:
             if f.is_file()
             and (f.name in ("config.json", "generation_config.json") or _is_processor_file(f.name))
         }
-        self.model = self._wrap(gpt)
+        self.model = wrap_ddp(gpt, cfg)
         self.reference = None
         if reference is not None:
             ref_folder = resolve_policy(reference)
             ref_config = AutoConfig.from_pretrained(str(ref_folder), local_files_only=True)
             if text_architecture(ref_config) != arch:
                 raise PolicyError(f"the reference {ref_folder} is not the policy's architecture")
-            ref = self._build(arch)
-            with _Checkpoint(ref_folder) as ref_ckpt:
+            ref = build_gpt(arch, cfg, self.layout)
+            with HFCheckpoint(ref_folder) as ref_ckpt:
                 ref_layout = megatron_layout(arch, hf_prefix(ref_ckpt.keys), cfg.tensor_parallel)
-                self._load_weights(ref, ref_ckpt.read, ref_layout)
+                load_hf_weights(self._global_names(ref), ref_ckpt.read, ref_layout,
+                                cfg.tensor_parallel)  # fmt: skip
             self.reference = ref.requires_grad_(False).eval()
-        self.optimizer = _megatron_optimizer(self.model, self._optimizer_config())
+        # (looked up at call time: the CPU test shim replaces it)
+        self.optimizer = megatron_model.megatron_optimizer(self.model, optimizer_config(cfg))
         if optimizer_state is not None:
-            self._load_state(Path(optimizer_state))
-
-    def _transformer_config(self, arch: Any) -> Any:
-        import torch
-        import torch.nn.functional as F
-        from megatron.core.transformer import TransformerConfig
-
-        cfg = self.config
-        dtype = getattr(torch, cfg.dtype)
-        recompute: dict[str, Any] = {}
-        if cfg.recompute_activations:
-            recompute = {
-                "recompute_granularity": "full",
-                "recompute_method": "uniform",
-                "recompute_num_layers": 1,
-            }
-        return TransformerConfig(
-            num_layers=arch.num_layers,
-            hidden_size=arch.hidden_size,
-            ffn_hidden_size=arch.ffn_hidden_size,
-            num_attention_heads=arch.num_heads,
-            num_query_groups=arch.num_kv_heads,
-            kv_channels=arch.head_dim,
-            normalization="RMSNorm",
-            layernorm_epsilon=arch.rms_norm_eps,
-            gated_linear_unit=True,
-            activation_func=F.silu,
-            add_bias_linear=False,
-            add_qkv_bias=arch.qkv_bias,
-            hidden_dropout=0.0,  # no dropout: the importance ratio starts at exactly 1
-            attention_dropout=0.0,
-            params_dtype=dtype,
-            pipeline_dtype=dtype,
-            bf16=cfg.dtype == "bfloat16",
-            fp16=cfg.dtype == "float16",
-            tensor_model_parallel_size=cfg.tensor_parallel,
-            pipeline_model_parallel_size=cfg.pipeline_parallel,
-            perform_initialization=False,  # every weight comes from the checkpoint
-            gradient_accumulation_fusion=False,  # needs APEX's CUDA extension
-            # The LossFn divides by the step's token count itself: megatron must neither
-            # average over micro-batches nor data-parallel ranks (sums, see _finalize_grads).
-            calculate_per_token_loss=True,
-            variable_seq_lengths=True,  # micro-batches differ in rows and length
-            moe_token_dispatcher_type="alltoall",  # (a dense model; "allgather" forbids the above)
-            **recompute,
-        )
-
-    def _build(self, arch: Any) -> Any:
-        from megatron.core import parallel_state
-        from megatron.core.models.gpt import GPTModel
-        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-
-        assert self.layout is not None
-        return GPTModel(
-            config=self._transformer_config(arch),
-            transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
-            vocab_size=self.layout.padded_vocab,
-            max_sequence_length=arch.max_positions,
-            pre_process=parallel_state.is_pipeline_first_stage(),
-            post_process=parallel_state.is_pipeline_last_stage(),
-            parallel_output=False,  # logits gathered over TP: top-p needs the whole vocabulary
-            share_embeddings_and_output_weights=arch.tied_embeddings,
-            position_embedding_type="rope",
-            rotary_base=arch.rope_theta,  # (annotated int: a float base works the same)
-        ).to(self.device)
+            load_optimizer_state(self.optimizer, self._manifest(), Path(optimizer_state))
 
     def _global_names(self, gpt: Any) -> Iterator[tuple[str, str, Any]]:
         """(local name, global name, parameter) of this rank's parameters."""
@@ -327,65 +235,6 @@ class MegatronBackend:
                 name = "embedding.word_embeddings.weight"  # the last stage's tied copy
             yield local, name, param
 
-    def _load_weights(self, gpt: Any, read: Callable[[str], Any], layout: MegatronLayout) -> None:
-        import torch
-        from megatron.core import parallel_state
-
-        rank = parallel_state.get_tensor_model_parallel_rank()
-        with torch.no_grad():
-            for local, name, param in self._global_names(gpt):
-                full = to_megatron(name, read, layout)
-                shard = tp_shard(name, full, rank, self.config.tensor_parallel)
-                if tuple(shard.shape) != tuple(param.shape):
-                    raise PolicyError(
-                        f"{local}: checkpoint gives {tuple(shard.shape)}, "
-                        f"the model holds {tuple(param.shape)}"
-                    )
-                param.copy_(shard)
-
-    def _untrained(self, ckpt: _Checkpoint) -> dict[str, Any]:
-        """Checkpoint tensors outside the text decoder (Qwen2.5-VL's vision tower), kept as is."""
-        assert self.layout is not None
-        # A tied checkpoint's stale lm_head copy is dropped too.
-        trained = hf_names(self.layout) | {self.layout.lm_head}
-        return {k: ckpt.read(k) for k in ckpt.keys if k not in trained}
-
-    def _wrap(self, gpt: Any) -> Any:
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-
-        ddp = DistributedDataParallel(
-            gpt.config,
-            DistributedDataParallelConfig(
-                grad_reduce_in_fp32=True,
-                use_distributed_optimizer=self.config.distributed_optimizer,
-            ),
-            gpt,
-        )
-        gpt.config.no_sync_func = ddp.no_sync
-        gpt.config.finalize_model_grads_func = _finalize_grads
-        return ddp
-
-    def _optimizer_config(self) -> Any:
-        import torch
-        from megatron.core.optimizer import OptimizerConfig
-
-        cfg = self.config
-        return OptimizerConfig(
-            optimizer="adam",  # decoupled weight decay: AdamW
-            lr=cfg.lr,
-            min_lr=cfg.lr,
-            weight_decay=cfg.weight_decay,
-            adam_beta1=cfg.betas[0],
-            adam_beta2=cfg.betas[1],
-            adam_eps=1e-8,
-            # With clipping off megatron reports no norm: an infinite bound measures, never clips.
-            clip_grad=cfg.grad_clip if cfg.grad_clip > 0 else math.inf,
-            bf16=cfg.dtype == "bfloat16",
-            fp16=cfg.dtype == "float16",
-            params_dtype=getattr(torch, cfg.dtype),
-            use_distributed_optimizer=cfg.distributed_optimizer,
-        )
-
     # -- micro-batches --------------------------------------------------------------------
     def _item(self, batch: MicroBatch, index: int) -> _Item:
         import torch
@@ -398,24 +247,27 @@ class MegatronBackend:
             ids[i, : len(s.ids)] = torch.from_numpy(s.ids.astype(np.int64))
         if any(s.mask[0] for s in samples if len(s.mask)):
             raise PolicyError("a trained position 0 has no prefix to predict it from")
-        rows = [np.flatnonzero(s.mask) for s in samples]  # right padding: positions as in the row
-        targets = np.unique(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
-        mask = torch.zeros((len(samples), len(targets)))
-        old = torch.zeros((len(samples), len(targets)))
-        for i, (cols_abs, s) in enumerate(zip(rows, samples, strict=True)):
-            cols = np.searchsorted(targets, cols_abs)
-            mask[i, cols] = 1.0
-            old[i, cols] = torch.from_numpy(s.old_logprobs[cols_abs].astype(np.float32))
-        target_t = torch.from_numpy(targets.astype(np.int64))
-        lengths = torch.tensor([len(s.ids) for s in samples])
+        # Right padding: positions are as in the row. Each row's own trained positions only.
+        cols = [np.flatnonzero(s.mask) for s in samples]
+        counts = [len(c) for c in cols]
+        rows = np.concatenate([np.full(n, r) for r, n in enumerate(counts)]).astype(np.int64)
+        flat = np.concatenate(cols).astype(np.int64)
+        slots = max(counts, default=0)
+        mask = torch.zeros((len(samples), slots))
+        old = torch.zeros((len(samples), slots))
+        for i, s in enumerate(samples):
+            mask[i, : counts[i]] = 1.0
+            old[i, : counts[i]] = torch.from_numpy(s.old_logprobs[cols[i]].astype(np.float32))
+        rows_t, cols_t = torch.from_numpy(rows), torch.from_numpy(flat)
         return _Item(
             index=index,
             ids=ids.to(device),
             positions=torch.arange(width).expand(len(samples), -1).to(device),
             causal=torch.ones((width, width), dtype=torch.bool).triu(1)[None, None].to(device),
-            targets=target_t.to(device),
-            target_ids=ids[:, target_t].to(device),
-            valid=(target_t[None, :] < lengths[:, None]).float().to(device),
+            rows=rows_t.to(device),
+            cols=cols_t.to(device),
+            target_ids=ids[rows_t, cols_t].to(device),
+            counts=counts,
             mask=mask.to(device),
             old_logp=old.to(device),
             advantages=torch.tensor([s.advantage for s in samples]).to(device),
@@ -425,7 +277,7 @@ class MegatronBackend:
         )
 
     def _forward(self, gpt: Any, item: _Item) -> Any:
-        """This stage's output: hidden states, or on the last stage logits [t, b, V_padded]."""
+        """This stage's output: hidden states, or on the last stage logits [n, 1, V_padded]."""
         embedded = None
         if gpt.pre_process:
             embedded = gpt.embedding(input_ids=item.ids, position_ids=item.positions)
@@ -435,15 +287,15 @@ class MegatronBackend:
         )
         if not gpt.post_process:
             return hidden
-        # Only the positions that predict a trained token go through the vocabulary head.
+        # Only the positions that predict a trained token go through the vocabulary head,
+        # each row's own (hidden states are [s, b, h]: position p is predicted at p - 1).
         weight = (
             gpt.shared_embedding_or_output_weight()
             if gpt.share_embeddings_and_output_weights
             else None
         )
-        logits, _ = gpt.output_layer(
-            hidden[item.targets - 1], weight=weight, runtime_gather_output=True
-        )
+        picked = hidden[item.cols - 1, item.rows].unsqueeze(1)
+        logits, _ = gpt.output_layer(picked, weight=weight, runtime_gather_output=True)
         return logits
 
     def _token_batch(self, item: _Item, logits: Any, entropy: bool = True) -> TokenBatch:
@@ -451,10 +303,10 @@ class MegatronBackend:
 
         assert self.layout is not None
         cfg = self.config
-        logits = logits.transpose(0, 1)[..., : self.layout.arch.vocab_size].float()
+        logits = logits[:, 0, : self.layout.arch.vocab_size].float()
         logp_all = sampling_logprobs(logits, item.temperature, item.top_p)
         del logits
-        logp = logp_all.gather(-1, item.target_ids.unsqueeze(-1)).squeeze(-1) * item.valid
+        logp = logp_all.gather(-1, item.target_ids.unsqueeze(-1)).squeeze(-1)
         ent = None
         if entropy and cfg.entropy:
             with torch.set_grad_enabled(cfg.entropy_grad and torch.is_grad_enabled()):
@@ -463,13 +315,13 @@ class MegatronBackend:
                 # Top-p leaves -inf outside the nucleus: 0 · -inf must count as 0.
                 ent = -torch.where(probs > 0, probs * source, torch.zeros_like(probs)).sum(-1)
         return TokenBatch(
-            logp=logp,
+            logp=_per_row(logp, item.counts),
             old_logp=item.old_logp,
             mask=item.mask,
             advantages=item.advantages,
             weights=item.weights,
             ref_logp=item.ref_logp,
-            entropy=ent,
+            entropy=None if ent is None else _per_row(ent, item.counts),
         )
 
     def _loss(
@@ -562,11 +414,13 @@ class MegatronBackend:
         if not batches:
             raise PolicyError("a step needs at least one micro-batch")
         started = time.monotonic()
-        # Data parallelism: rank r of D takes micro-batches r, r + D, ...; one without any
-        # runs the first with its loss times zero, so every rank joins the same collectives.
+        # Data parallelism: each of the D ranks takes its share (`spmd.share`: costs balanced);
+        # one without any runs the first with its loss times zero, so every rank joins the
+        # same collectives.
         dp = parallel_state.get_data_parallel_world_size()
         rank = parallel_state.get_data_parallel_rank()
-        mine = [(i, b) for i, b in enumerate(batches) if i % dp == rank] or [(-1, batches[0])]
+        share = spmd.share([batch_cost(b) for b in batches], dp)[rank]
+        mine = [(i, batches[i]) for i in share] or [(-1, batches[0])]
         self.model.zero_grad_buffer()
         self.optimizer.zero_grad()
         try:
@@ -575,7 +429,9 @@ class MegatronBackend:
             outs = self._schedule(self.model, items, loss_fn)
             # Each micro-batch's stats once: from its last stage, tensor-parallel rank 0.
             own = outs if parallel_state.get_tensor_model_parallel_rank() == 0 else []
-            parts = sorted((o for o in _gather(own) if o["index"] >= 0), key=lambda o: o["index"])
+            parts = sorted(
+                (o for o in spmd.gather(own) if o["index"] >= 0), key=lambda o: o["index"]
+            )
             stats = [o["stats"] for o in parts]
             bad_loss = [i for i, part in enumerate(stats) if not math.isfinite(part["loss"])]
             if bad_loss:
@@ -615,131 +471,67 @@ class MegatronBackend:
 
         buffers = self.model.buffers + getattr(self.model, "expert_parallel_buffers", [])
         local = all(bool(torch.isfinite(b.grad_data).all()) for b in buffers)
-        return _count_over_ranks(int(not local), self.device) == 0
+        return spmd.sum_over_ranks(int(not local), self.device) == 0
 
     def nonfinite_parameters(self) -> int:
         """How many weights are NaN or infinite, over every rank (replicas counted each time)."""
         local = count_nonfinite(list(self.model.module.parameters()))
-        return _count_over_ranks(local, self.device)
+        return spmd.sum_over_ranks(local, self.device)
 
     # -- saving ---------------------------------------------------------------------------
     def hf_state_dict(self) -> dict[str, Any]:
         """The trained weights in HF layout (on the first rank; every rank must call)."""
-        import torch
-        import torch.distributed as dist
-        from megatron.core import parallel_state
-
         assert self.layout is not None
-        gpt = self.model.module
-        tp_group = parallel_state.get_tensor_model_parallel_group()
-        tp = self.config.tensor_parallel
-        stage: dict[str, Any] = {}
-        with torch.no_grad():
-            for local, name, param in self._global_names(gpt):
-                if local == "output_layer.weight" and name.startswith("embedding."):
-                    continue  # the last stage's copy of tied embeddings
-                shards = [param.detach()]
-                if tp > 1:
-                    shards = [torch.empty_like(param) for _ in range(tp)]
-                    dist.all_gather(shards, param.detach().contiguous(), group=tp_group)
-                full = tp_unshard(name, shards).cpu()
-                stage.update(
-                    {k: v.contiguous().clone() for k, v in to_hf(name, full, self.layout).items()}
-                )
-        if self.config.pipeline_parallel > 1 and parallel_state.get_data_parallel_rank() == 0:
-            if parallel_state.get_tensor_model_parallel_rank() == 0:
-                group = parallel_state.get_pipeline_model_parallel_group()
-                stages: list[Any] = [None] * self.config.pipeline_parallel
-                first = dist.get_global_rank(group, 0)
-                dist.gather_object(
-                    stage, stages if dist.get_rank() == first else None, dst=first, group=group
-                )
-                stage = {k: v for s in stages or [] if s for k, v in s.items()}
-        return stage if _is_first_rank() else {}
+        cfg = self.config
+        names = self._global_names(self.model.module)
+        return gather_hf_state(names, self.layout, cfg.tensor_parallel, cfg.pipeline_parallel)
 
     def save(self, out: Path) -> None:
         """Write the weights (safetensors, HF layout) and the processor's files as an HF folder."""
         import torch.distributed as dist
 
-        tensors = self.hf_state_dict()
-        if _is_first_rank():
-            out = Path(out)
-            out.mkdir(parents=True, exist_ok=True)
-            _write_safetensors({**self._passthrough, **tensors}, out)
-            config = json.loads(self._files["config.json"])
-            for key in ("dtype", "torch_dtype"):
-                if key in config:
-                    config[key] = self.config.dtype
-            (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-            for name, data in self._files.items():
-                if not (out / name).exists():
-                    (out / name).write_bytes(data)
-        if dist.get_world_size() > 1:
-            dist.barrier()
+        try:
+            tensors = self.hf_state_dict()
+            if _is_first_rank():
+                write_hf_folder({**self._passthrough, **tensors}, self._files, self.config.dtype,
+                                Path(out))  # fmt: skip
+        finally:  # also when rank 0's write fails: no rank is left waiting in the barrier
+            if dist.get_world_size() > 1:
+                dist.barrier()
 
     def save_state(self, out: Path) -> None:
         """Write the optimizer's state: optimizer.pt (a manifest) and one file per model rank."""
-        import torch
         import torch.distributed as dist
+
+        try:
+            save_optimizer_state(self.optimizer, self._manifest(), Path(out))
+        finally:
+            if dist.get_world_size() > 1:
+                dist.barrier()
+
+    def close(self) -> None:
+        """Release megatron's parallel state (the process group stays), e.g. before another
+        backend with other TP/PP sizes is built in this process."""
         from megatron.core import parallel_state
 
-        out = Path(out)
-        tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        own = out / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
-        if self.config.distributed_optimizer:  # every data-parallel rank hands in its shard
-            self.optimizer.save_parameter_state(str(own.with_suffix(".params.pt")))
-        if parallel_state.get_data_parallel_rank() == 0:
-            out.mkdir(parents=True, exist_ok=True)
-            torch.save(self.optimizer.state_dict(), own)
-        if _is_first_rank():
-            torch.save(self._manifest(), out / "optimizer.pt")
-        if dist.get_world_size() > 1:
-            dist.barrier()
+        self.model = self.reference = self.optimizer = None
+        if parallel_state.model_parallel_is_initialized():
+            parallel_state.destroy_model_parallel()
 
     def _manifest(self) -> dict[str, Any]:
         cfg = self.config
-        return {
-            "format": "scalecua-megatron-optimizer-v1",
-            "tensor_parallel": cfg.tensor_parallel,
-            "pipeline_parallel": cfg.pipeline_parallel,
-            "distributed_optimizer": cfg.distributed_optimizer,
-        }
-
-    def _load_state(self, folder: Path) -> None:
-        import torch
-        from megatron.core import parallel_state
-
-        manifest = torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False)
-        if manifest != self._manifest():
-            raise PolicyError(
-                f"optimizer state in {folder} was written for {manifest}, "
-                f"not {self._manifest()}: resharding is not supported"
-            )
-        tp_rank = parallel_state.get_tensor_model_parallel_rank()
-        pp_rank = parallel_state.get_pipeline_model_parallel_rank()
-        own = folder / f"megatron_tp{tp_rank:02d}_pp{pp_rank:02d}.pt"
-        self.optimizer.load_state_dict(torch.load(own, map_location="cpu", weights_only=False))
-        if self.config.distributed_optimizer:
-            self.optimizer.load_parameter_state(str(own.with_suffix(".params.pt")))
+        return optimizer_manifest(cfg.tensor_parallel, cfg.pipeline_parallel,
+                                  cfg.distributed_optimizer)  # fmt: skip
 
 
 # -- helpers ----------------------------------------------------------------------------------
-def _megatron_optimizer(model: Any, config: Any) -> Any:
-    """megatron's optimizer for the DDP-wrapped model (CUDA only; the CPU test shim replaces it)."""
-    from megatron.core.optimizer import get_megatron_optimizer
+def _per_row(values: Any, counts: list[int]) -> Any:
+    """Flat per-position values, row after row, as [rows, max count] (zeros after each row's)."""
+    import torch
 
-    optimizer = get_megatron_optimizer(config, [model])
-    if config.fp16:  # loss scaling enters the backward pass through the model config
-        model.module.config.grad_scale_func = optimizer.scale_loss
-    return optimizer
-
-
-def _finalize_grads(models: list[Any], num_tokens: Any = None, **kwargs: Any) -> None:
-    """megatron's gradient finalisation without its division by the token count."""
-    from megatron.core.distributed import finalize_model_grads
-
-    finalize_model_grads(models, None, **kwargs)
+    width = max(counts, default=0)
+    parts = torch.split(values, counts)
+    return torch.stack([torch.nn.functional.pad(p, (0, width - p.shape[0])) for p in parts])
 
 
 def _refuse_images(samples: Sequence[Sample], processor: PolicyProcessor) -> None:
@@ -754,48 +546,10 @@ def _refuse_images(samples: Sequence[Sample], processor: PolicyProcessor) -> Non
             )
 
 
-def _megatron_places_on_cpu() -> bool:
-    import torch
-
-    try:
-        return str(torch.cuda.current_device()) == "cpu"
-    except (AssertionError, RuntimeError):
-        return False
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _is_first_rank() -> bool:
     import torch.distributed as dist
 
     return dist.get_rank() == 0
-
-
-def _count_over_ranks(count: int, device: Any) -> int:
-    """A count summed over every rank (every rank must call)."""
-    import torch
-    import torch.distributed as dist
-
-    if dist.get_world_size() == 1:
-        return count
-    total = torch.tensor([count], dtype=torch.long, device=device)
-    dist.all_reduce(total)
-    return int(total.item())
-
-
-def _gather(objects: list[Any]) -> list[Any]:
-    """Every rank's list, concatenated on every rank (the objects go through pickle)."""
-    import torch.distributed as dist
-
-    if dist.get_world_size() == 1:
-        return list(objects)
-    lists: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(lists, objects)
-    return [o for part in lists for o in part]
 
 
 def _from_last_stage(value: Any) -> Any:
@@ -810,47 +564,3 @@ def _from_last_stage(value: Any) -> Any:
     last = dist.get_global_rank(group, parallel_state.get_pipeline_model_parallel_world_size() - 1)
     dist.broadcast_object_list(box, src=last, group=group)
     return box[0]
-
-
-class _Checkpoint:
-    """Lazy reads from an HF folder's safetensors files (one file or an index of shards)."""
-
-    def __init__(self, folder: Path) -> None:
-        from safetensors import safe_open
-
-        index = folder / "model.safetensors.index.json"
-        if index.exists():
-            weight_map = json.loads(index.read_text())["weight_map"]
-        elif (folder / "model.safetensors").exists():
-            weight_map = None
-        else:
-            raise PolicyError(f"{folder} has no safetensors weights (model.safetensors)")
-        files = sorted(set(weight_map.values())) if weight_map else ["model.safetensors"]
-        self._handles = {f: safe_open(str(folder / f), "pt") for f in files}
-        self._where = weight_map or {k: files[0] for k in self._handles[files[0]].keys()}
-        self.keys = list(self._where)
-
-    def __enter__(self) -> _Checkpoint:
-        return self
-
-    def __exit__(self, *_: Any) -> None:
-        self._handles.clear()
-
-    def read(self, key: str) -> Any:
-        """One tensor (on CPU) by its HF key."""
-        if key not in self._where:
-            raise PolicyError(f"the checkpoint has no tensor {key!r}")
-        return self._handles[self._where[key]].get_tensor(key)
-
-
-def _write_safetensors(tensors: dict[str, Any], out: Path) -> None:
-    """model.safetensors, or shards with an index past _MAX_SHARD (as save_pretrained)."""
-    from huggingface_hub import split_torch_state_dict_into_shards
-    from safetensors.torch import save_file
-
-    split = split_torch_state_dict_into_shards(tensors, max_shard_size=_MAX_SHARD)
-    for filename, names in split.filename_to_tensors.items():
-        save_file({n: tensors[n] for n in names}, str(out / filename), metadata={"format": "pt"})
-    if split.is_sharded:
-        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
-        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")

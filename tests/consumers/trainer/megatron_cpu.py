@@ -7,14 +7,20 @@ megatron-core 0.16 hard-codes CUDA in a few places the megatron backend reaches;
   and communication buffers there (DDP's buffers, rotary embeddings, gathers).
 - the model-parallel RNG tracker forks the CPU generator instead of CUDA's
   (`model_parallel_cuda_manual_seed`); dropout is off, so nothing random runs anyway.
-- the pipeline schedules' `torch.zeros(..., device="cuda")` token counter lands on CPU.
+- the pipeline schedules' `torch.zeros(..., device="cuda")` token counter lands on CPU,
+  and the point-to-point code's `torch.cuda.synchronize()` (pipeline stages exchanging
+  shapes) does nothing.
 - megatron's optimizer (`get_megatron_optimizer`) allocates its state and loss scale on
   CUDA, so the backend's optimizer is replaced by plain torch AdamW on the DDP gradient
-  buffers (`param.main_grad`) with the same lr, betas, eps, weight decay and clipping:
-  the optimizer step is the one part of the megatron backend not exercised here.
+  buffers (`param.main_grad`) with the same lr, betas, eps, weight decay and clipping, and
+  megatron's gradient norm (each parameter once over the TP and PP ranks): the optimizer
+  step is the one part of the megatron backend not exercised here, and with it the
+  distributed optimizer.
 
-It also starts a single-process gloo group (world size 1) and megatron's parallel state
-(TP = PP = 1), and undoes everything on exit.
+`megatron_on_cpu()` also starts a single-process gloo group (world size 1) and megatron's
+parallel state (TP = PP = 1), and undoes everything on exit; `cpu_patches()` only patches
+(for the rank 0 of a process group the test starts), and `install()` patches for good (the
+setup of the other ranks: `RankSpec(setup="tests.consumers.trainer.megatron_cpu:install")`).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-__all__ = ["CpuAdamW", "megatron_on_cpu"]
+__all__ = ["CpuAdamW", "cpu_patches", "install", "megatron_on_cpu"]
 
 
 class _CpuRNGTracker:
@@ -107,9 +113,26 @@ class CpuAdamW:
         """Clip and step like megatron's optimizer: (updated, grad norm, zeros counted)."""
         for p in self.params:
             p.grad = p.main_grad.to(p.dtype)
-        norm = torch.nn.utils.clip_grad_norm_(self.params, self.config.clip_grad)
+        norm = self._grad_norm()
+        if norm > self.config.clip_grad:
+            torch.nn.utils.clip_grads_with_norm_(self.params, self.config.clip_grad,
+                                                 torch.tensor(norm))  # fmt: skip
         self.inner.step()
-        return True, float(norm), None
+        return True, norm, None
+
+    def _grad_norm(self) -> float:
+        """megatron's: every parameter once (no TP duplicate, no shared embedding copy),
+        squares summed over the model-parallel ranks (TP x PP)."""
+        from megatron.core import parallel_state, tensor_parallel
+        from megatron.core.transformer.module import param_is_not_shared
+
+        squares = torch.zeros(1, dtype=torch.float64)
+        for p in self.params:
+            if param_is_not_shared(p) and tensor_parallel.param_is_not_tensor_parallel_duplicate(p):
+                squares += p.grad.double().pow(2).sum()
+        if dist.get_world_size() > 1:
+            dist.all_reduce(squares, group=parallel_state.get_model_parallel_group())
+        return float(squares.sqrt())
 
     def state_dict(self) -> dict[str, Any]:
         return self.inner.state_dict()
@@ -118,32 +141,54 @@ class CpuAdamW:
         self.inner.load_state_dict(state)
 
 
-@contextlib.contextmanager
-def megatron_on_cpu() -> Iterator[None]:
-    """Patch megatron-core for CPU, start gloo (world size 1) and megatron's parallel state."""
-    from megatron.core import parallel_state, tensor_parallel
+def _patches() -> list[tuple[Any, str, Any]]:
+    from megatron.core import tensor_parallel
     from megatron.core.pipeline_parallel import schedules
     from megatron.core.tensor_parallel import random
 
-    from consumers.trainer.backends import megatron_backend
+    from consumers.trainer.backends import megatron_model
 
-    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as undo:
-        patches = [
-            (torch.cuda, "current_device", lambda: "cpu"),
-            (tensor_parallel, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
-            (random, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
-            (schedules, "torch", _CpuTorch()),
-            (megatron_backend, "_megatron_optimizer", CpuAdamW),
-        ]
-        for owner, name, value in patches:
+    return [
+        (torch.cuda, "current_device", lambda: "cpu"),
+        (torch.cuda, "synchronize", lambda *args, **kwargs: None),
+        (tensor_parallel, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
+        (random, "model_parallel_cuda_manual_seed", _cpu_manual_seed),
+        (schedules, "torch", _CpuTorch()),
+        (megatron_model, "megatron_optimizer", CpuAdamW),
+    ]
+
+
+@contextlib.contextmanager
+def cpu_patches() -> Iterator[None]:
+    """megatron-core patched for CPU (no process group started), undone on exit."""
+    from megatron.core.tensor_parallel import random
+
+    with contextlib.ExitStack() as undo:
+        for owner, name, value in _patches():
             undo.callback(setattr, owner, name, getattr(owner, name))
             setattr(owner, name, value)
+        undo.callback(setattr, random, "_CUDA_RNG_STATE_TRACKER", None)
+        undo.callback(setattr, random, "_CUDA_RNG_STATE_TRACKER_INITIALIZED", False)
+        yield
+
+
+def install() -> None:
+    """Patch megatron-core for CPU for the rest of this process (a rank's setup)."""
+    for owner, name, value in _patches():
+        setattr(owner, name, value)
+
+
+@contextlib.contextmanager
+def megatron_on_cpu() -> Iterator[None]:
+    """Patch megatron-core for CPU, start gloo (world size 1) and megatron's parallel state."""
+    from megatron.core import parallel_state
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as undo:
+        undo.enter_context(cpu_patches())
         dist.init_process_group(
             "gloo", init_method=f"file://{Path(tmp) / 'rendezvous'}", rank=0, world_size=1
         )
         undo.callback(dist.destroy_process_group)
         parallel_state.initialize_model_parallel(1, 1)
         undo.callback(parallel_state.destroy_model_parallel)
-        undo.callback(setattr, random, "_CUDA_RNG_STATE_TRACKER", None)
-        undo.callback(setattr, random, "_CUDA_RNG_STATE_TRACKER_INITIALIZED", False)
         yield

@@ -331,3 +331,21 @@ def test_the_cli_selects_megatron_and_cpu_without_the_shim_is_refused(
     monkeypatch.setattr(torch.cuda, "current_device", no_cuda)
     with pytest.raises(ConfigError, match="--device cuda"):
         backend.load(llama)  # the CLI's default --device cpu, and no shim
+
+
+def test_megatrons_own_optimizers_refuse_cpu_so_the_distributed_one_is_untested_here(
+    cpu_megatron: None, llama: Path
+) -> None:
+    # What the docs claim: megatron-core 0.16.1's optimizers cannot run on CPU, so the tests
+    # step with the shim's AdamW and the distributed optimizer is correct by construction only.
+    # Its own tensors are made on CUDA (optimizer.py: `torch.tensor(..., device='cuda')`), and
+    # with those redirected its type checks still ask for `torch.cuda.FloatTensor` parameters
+    # (distrib_optimizer.py, clip_grads.py). If this starts passing, test the real optimizers.
+    from megatron.core.optimizer import get_megatron_optimizer
+
+    from consumers.trainer.backends.megatron_model import optimizer_config
+
+    for distributed in (False, True):
+        backend = _megatron(llama, distributed_optimizer=distributed)
+        with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
+            get_megatron_optimizer(optimizer_config(backend.config), [backend.model])

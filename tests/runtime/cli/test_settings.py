@@ -52,3 +52,16 @@ def test_config_show_prints_a_file_that_loads_back(tmp_path: Path) -> None:
     again = subprocess.run([*SCALECUA, "--config", str(path), "config", "show"],
                            capture_output=True, text=True, timeout=60)  # fmt: skip
     assert again.returncode == 0 and tomllib.loads(again.stdout) == shown
+
+
+def test_up_sizes_the_trainers_process_group_from_train_or_its_flag(tmp_path: Path) -> None:
+    from runtime.cli.up_commands import service_settings
+
+    path = tmp_path / "scalecua.toml"
+    path.write_text("[train]\nnproc = 2\n")
+    parser = build_parser()
+    assert service_settings(parser.parse_args(["up"]))["train"].nproc == 1
+    file_args = parser.parse_args(["--config", str(path), "up"])
+    assert service_settings(file_args)["train"].nproc == 2  # [train] nproc
+    flag_args = parser.parse_args(["--config", str(path), "up", "--trainer-nproc", "3"])
+    assert service_settings(flag_args)["train"].nproc == 3  # the flag wins
