@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Self
 
-__all__ = ["ServiceLogs", "as_service", "current_service"]
+__all__ = ["ServiceLogs", "as_service", "current_service", "child_log_path"]
 
 _SERVICE: ContextVar[str | None] = ContextVar("scalecua_service", default=None)
 _FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
@@ -38,6 +38,16 @@ def as_service(name: str) -> Iterator[None]:
 def current_service() -> str | None:
     """The service the running code belongs to, if one was named."""
     return _SERVICE.get()
+
+
+def child_log_path(child: str) -> Path | None:
+    """The file where a child process of the running service should write (None: its own
+    stderr), `<folder>/<service>-<child>.log` when a `ServiceLogs` handler is installed."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, ServiceLogs) and handler.folder is not None:
+            handler.folder.mkdir(parents=True, exist_ok=True)
+            return handler.folder / f"{current_service() or handler.main}-{child}.log"
+    return None
 
 
 class ServiceLogs(logging.Handler):

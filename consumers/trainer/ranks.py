@@ -52,6 +52,7 @@ from typing import Any
 
 from consumers.trainer.backends import make_backend
 from runtime.errors import ConfigError, ScaleCUAError
+from runtime.service_logs import child_log_path
 
 __all__ = ["RankFailure", "RankSpec", "RankGroup", "DrivenBackend", "torchrun_rank", "serve"]
 
@@ -164,9 +165,21 @@ class RankGroup:
         }
         for rank in range(1, nproc):
             env_rank = {**env, "RANK": str(rank), "LOCAL_RANK": str(rank)}
-            group.workers.append(
-                subprocess.Popen([sys.executable, "-m", "consumers.trainer.ranks"], env=env_rank)
-            )
+            # Under `scalecua up` a rank's lines go next to its service's log, not the console.
+            log_path = child_log_path(f"rank{rank}")
+            out = None if log_path is None else log_path.open("a", encoding="utf-8")
+            try:
+                group.workers.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "consumers.trainer.ranks"],
+                        env=env_rank,
+                        stdout=out,
+                        stderr=out,
+                    )  # fmt: skip
+                )
+            finally:
+                if out is not None:
+                    out.close()  # the child holds its own copy
         log.info("trainer: started ranks 1-%d of %d (pids %s)", nproc - 1, nproc,
                  ", ".join(str(p.pid) for p in group.workers))  # fmt: skip
         return group

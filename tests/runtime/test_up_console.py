@@ -8,7 +8,7 @@ import io
 import logging
 from pathlib import Path
 
-from runtime.service_logs import ServiceLogs, as_service
+from runtime.service_logs import ServiceLogs, as_service, child_log_path
 from runtime.up_console import ConsoleWarnings, UpConsole
 
 
@@ -80,3 +80,14 @@ async def test_each_service_logs_to_its_own_file_and_warnings_reach_the_console(
     main = (tmp_path / "up.log").read_text()
     assert "before the folder is known" in main and "after" in main and "not ours" in main
     assert out.getvalue().splitlines() == ["[scalecua up] warning: judge: a bad record"]
+
+
+def test_a_service_child_process_writes_next_to_the_service_log(tmp_path: Path) -> None:
+    assert child_log_path("rank1") is None  # no ServiceLogs: the child keeps its stderr
+    with ServiceLogs() as logs:
+        assert child_log_path("rank1") is None  # no folder yet
+        logs.open(tmp_path / "logs")
+        with as_service("trainer"):
+            path = child_log_path("rank1")
+    assert path == tmp_path / "logs" / "trainer-rank1.log"
+    assert path.parent.is_dir()
