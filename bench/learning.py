@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from consumers.evaluation.run import EvalConfig, evaluate_policy  # noqa: E402
 from consumers.evaluation.stats import summarize_outcomes  # noqa: E402
 from runtime.config import BusSettings  # noqa: E402
+from runtime.process_memory import few_malloc_arenas  # noqa: E402
 from runtime.service import ServiceRunner  # noqa: E402
 
 OBSERVE = "compact"  # what the laptop policy sees (consumers/rollout/observation.py)
@@ -529,22 +530,9 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def _few_malloc_arenas() -> None:
-    """Re-run this process with MALLOC_ARENA_MAX=2 unless it is set.
-
-    Generation, training and evaluation run in worker threads, and glibc gives each thread
-    its own heap arena that keeps the freed memory of large tensors: a run reached 21 GB
-    RSS (of 24) before its first RL step, and ~10 GB with two arenas, at no measurable
-    speed cost. glibc reads the variable at start-up, hence the re-exec.
-    """
-    if os.environ.get("MALLOC_ARENA_MAX") is None and sys.platform.startswith("linux"):
-        env = {**os.environ, "MALLOC_ARENA_MAX": "2"}
-        os.execve(sys.executable, [sys.executable, *sys.argv], env)
-
-
 def main() -> int:
     """Parse arguments, run, print a table and write the JSON."""
-    _few_malloc_arenas()
+    few_malloc_arenas()  # a run reached 21 GB RSS before its first RL step without it
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--minutes", type=float, default=60.0, help="RL wall clock (default 60)")
     p.add_argument("--ablation", choices=("uniform", "stepwise"), default=None)

@@ -22,7 +22,7 @@ from runtime.cli.settings import (
 )
 from runtime.errors import ScaleCUAError, SettingError
 
-__all__ = ["build_parser", "main"]
+__all__ = ["build_parser", "entry", "main"]
 
 _AREAS = (
     "runtime.cli.bus_commands",
@@ -58,6 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
         importlib.import_module(name).register(sub)
     bind_settings(parser)
     return parser
+
+
+def entry() -> int:
+    """The `scalecua` program: `main` in a process whose heap keeps to what it uses."""
+    from runtime.process_memory import few_malloc_arenas
+
+    few_malloc_arenas()
+    return main()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -2,6 +2,6 @@
 
 import sys
 
-from runtime.cli import main
+from runtime.cli import entry
 
-sys.exit(main())
+sys.exit(entry())
