@@ -156,12 +156,7 @@ class _Progress:
             "iteration": len(self.rows) + 1,
             "label": str(len(self.rows) + 1),
             "policy_version": update.policy_version,
-            "rollouts": len(scored),
-            "mean_reward": round(sum(r.score for r in scored) / len(scored), 3) if scored else None,
-            "pass_rate": round(sum(r.score >= 1.0 for r in scored) / len(scored), 3)
-            if scored
-            else None,
-            "rollout_versions": sorted({r.policy_version for r in scored}),
+            **_trained_on(update.policy_version, m, scored),
             "step_time_s": round(m.get("step_time_s", 0.0), 1),
             "loss": round(m.get("loss", 0.0), 5),
             "groups": int(m.get("groups", 0)),
@@ -189,12 +184,33 @@ class _Progress:
         row["phase"] = "rl"
         self.rows.append(row)
         _console.iteration(row, (
-            f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version}, "
-            f"{row['rollouts']} rollouts since the last update (played by "
+            f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version} "
+            f"from {row['rollouts']} rollouts in {row['groups']} groups "
+            f"({row['groups_all_equal']} all-equal; played by "
             f"v{','.join(map(str, row['rollout_versions'])) or '-'}): reward {reward}, pass "
-            f"{passed}; step {row['step_time_s']}s, loss {row['loss']}, {row['groups']} groups "
-            f"({row['groups_all_equal']} all-equal); {self._elapsed()}"
+            f"{passed}; step {row['step_time_s']}s, loss {row['loss']}; {self._elapsed()}"
         ))  # fmt: skip
+
+
+def _trained_on(version: int, metrics: dict[str, float], since: list[Any]) -> dict[str, Any]:
+    """What a step trained on: its groups' rollouts, their rewards and the versions that
+    played them (from the step's metrics; else the rewards scored since the last update)."""
+    if "pass_rate" in metrics and "reward_mean" in metrics:
+        lo, hi = int(metrics.get("lag_min", 0)), int(metrics.get("lag_max", 0))
+        return {
+            "rollouts": int(metrics.get("rollouts", 0)),
+            "mean_reward": round(metrics["reward_mean"], 3),
+            "pass_rate": round(metrics["pass_rate"], 3),
+            # a step turns version - 1 into version; a rollout `lag` behind was played by
+            "rollout_versions": list(range(max(0, version - 1 - hi), version - lo)),
+        }
+    n = len(since)
+    return {
+        "rollouts": n,
+        "mean_reward": round(sum(r.score for r in since) / n, 3) if n else None,
+        "pass_rate": round(sum(r.score >= 1.0 for r in since) / n, 3) if n else None,
+        "rollout_versions": sorted({r.policy_version for r in since}),
+    }
 
 
 async def _start_dashboard(

@@ -77,6 +77,9 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
 
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["outcome"] == "done" and len(summary["iterations"]) == 3, summary
+    # Each iteration reports the rollouts its step trained on: its groups, n = 2 each.
+    for row in summary["iterations"]:
+        assert row["rollouts"] == 2 * row["groups"] and row["pass_rate"] is not None, row
     archive = Path(summary["archive"])
     tables = {}
     for topic_name in ("tasks", "rollout-requests", "rollout-step", "trajectory-complete",

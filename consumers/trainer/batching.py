@@ -503,6 +503,7 @@ class GroupPlan:
     advantages: list[float] = field(default_factory=list)  # one per trained rollout
     lags: list[int] = field(default_factory=list)
     below_threshold: int = 0  # sft: rollouts whose reward did not pass
+    scores: list[float] = field(default_factory=list)  # the rewards of its judged rollouts
 
 
 def _samples(traj: TrajectoryState, group_id: str, advantage: float, weight: float,
@@ -562,6 +563,7 @@ def plan_group(group: GroupState, version: int, config: PlanConfig) -> GroupPlan
         weights.append(weight)
         if scores[-1] is not None:
             plan.lags.append(lag)
+    plan.scores = [s for s in scores if s is not None]
     if sft:  # supervised data does not go stale: scripted episodes stay good examples
         for traj, score, weight in zip(members, scores, weights, strict=True):
             if score is None:

@@ -453,6 +453,7 @@ class Trainer:
         metrics = finish_stats(result["parts"])
         advantages = [a for p in job.plans for a in p.advantages]
         lags = [float(lag) for p in job.plans for lag in p.lags]
+        scores = [s for p in job.plans for s in p.scores]
         metrics.update(
             step=float(job.version),
             policy_version=float(job.version),
@@ -473,7 +474,10 @@ class Trainer:
             computed_tokens=float(sum(batch_cost(b) for b in job.batches)),
             **summarize(advantages, "adv"),
             **summarize(lags, "lag"),
+            **summarize(scores, "reward"),
         )
+        if scores:  # a pass is a full score, as the judge and evaluation count it
+            metrics["pass_rate"] = sum(s >= 1.0 for s in scores) / len(scores)
         job.metrics = metrics
 
     def _save(self, job: _Job) -> str:

@@ -79,6 +79,8 @@ async def test_the_trainer_trains_complete_groups_and_announces_a_loadable_check
     ):
         assert key in update.metrics, key
     assert update.metrics["groups"] == 2 and update.metrics["env_failures"] == 1
+    # What the step's groups scored (1, 0 and 1, 0; the env failure has no score): `up`'s curve.
+    assert update.metrics["pass_rate"] == 0.5 and update.metrics["reward_mean"] == 0.5
     # The tiny policy sees images: no prefix sharing, every row padded to its pass's longest.
     assert update.metrics["computed_tokens"] >= update.metrics["sequence_tokens"] > 0
     # The checkpoint is an HF folder the policy loader reads, with the trained weights.
