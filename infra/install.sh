@@ -63,7 +63,7 @@ pip_install() {
 pip_install "torch==2.13.0"
 if [ "$DEV" -eq 1 ]; then
   # megatron-core (the megatron trainer backend, tested on CPU through a shim) is pure Python.
-  pip_install -e ".[dev,megatron]" -c infra/constraints.txt
+  pip_install -e ".[dev,megatron,docker]" -c infra/constraints.txt
 else
   pip_install -e . -c infra/constraints.txt
 fi
