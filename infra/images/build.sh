@@ -9,6 +9,7 @@
 # Tags: scalecua-base:<hash>; scalecua-desktop:<hash> plus :lean or :full and :latest (what
 # the Docker desktop provider runs unless SCALECUA_DESKTOP_IMAGE says otherwise);
 # scalecua:<hash> plus scalecua:local (what infra/compose.local.yml runs).
+# SCALECUA_BUILD_NO_CACHE=1 builds without Docker's layer cache (bench/containers.py --cold).
 # Inputs: the apt sources and package lists (base, desktop); the Python packages resolved by
 # the host's pip within infra/constraints.txt into a wheelhouse (cached under
 # $SCALECUA_CACHE/images); the Dockerfiles; the project's source folders.
@@ -67,7 +68,9 @@ build_base() {
 }
 
 # The base's inputs: its recipe (the function above), its packages and the apt sources.
-BASE_HASH="$( { declare -f build_base; cat "$HERE/base.packages"; apt_sources; echo "$SUITE"; } | hash_of)"
+# SCALECUA_IMAGE_SALT, when set, makes a base of its own (bench/containers.py --cold).
+BASE_HASH="$( { declare -f build_base; cat "$HERE/base.packages"; apt_sources; echo "$SUITE"
+  [ -z "${SCALECUA_IMAGE_SALT:-}" ] || echo "$SCALECUA_IMAGE_SALT"; } | hash_of)"
 BASE_TAG="scalecua-base:$BASE_HASH"
 
 # wheelhouse NAME REQUIREMENTS...: resolve with the host's pip into $CACHE, print the folder.
@@ -91,7 +94,8 @@ docker_build() {
   local tag="$1" dockerfile="$2" wheels="$3" list="$4"; shift 4
   { tar -C "$REPO" -cf - -T "$list" "infra/images/$dockerfile" \
       --owner=0 --group=0 -C "$(dirname "$wheels")" --exclude=.complete wheels; } \
-    | docker build -q --network host -f "infra/images/$dockerfile" -t "$tag" \
+    | docker build -q --network host ${SCALECUA_BUILD_NO_CACHE:+--no-cache} \
+        -f "infra/images/$dockerfile" -t "$tag" \
         --label "scalecua.inputs=${tag#*:}" --build-arg "BASE=$BASE_TAG" "$@" - \
         2> >(grep -v -e "legacy builder is deprecated" -e "buildx component" -e "docs.docker.com/go/buildx" \
              -e '^ *$' >&2) >/dev/null
@@ -116,6 +120,7 @@ build_desktop() {
   fi
   docker tag "$tag" "scalecua-desktop:$flavour"
   docker tag "$tag" scalecua-desktop:latest
+  prune_old scalecua-desktop "${tag#*:}"
 }
 
 build_service() {
@@ -146,6 +151,17 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["dock
     progress "service: built $tag in $((SECONDS - started))s"
   fi
   docker tag "$tag" scalecua:local
+  prune_old scalecua "${tag#*:}"
+}
+
+# Untag superseded builds of REPO (tags that are input hashes other than KEEP): an image that
+# another tag still names (:lean, :full) stays; the rest is deleted with its layers.
+prune_old() {
+  local repo="$1" keep="$2" tag
+  for tag in $(docker images --format '{{.Tag}}' "$repo"); do
+    [[ "$tag" =~ ^[0-9a-f]{16}$ ]] && [ "$tag" != "$keep" ] || continue
+    docker rmi "$repo:$tag" >/dev/null 2>&1 || true
+  done
 }
 
 for stage in base desktop service; do
@@ -153,3 +169,4 @@ for stage in base desktop service; do
   [ "$stage" = base ] || have_image "$BASE_TAG" || build_base
   "build_$stage"
 done
+[ -n "${SCALECUA_IMAGE_SALT:-}" ] || prune_old scalecua-base "$BASE_HASH"

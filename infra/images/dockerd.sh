@@ -3,6 +3,7 @@
 # of the project's own that never touches the host's networking.
 #
 #   source infra/images/dockerd.sh; ensure_dockerd     # exports DOCKER_HOST
+#   ensure_dockerd_running                              # the same, but never starts one
 #   stop_dockerd                                        # stops only the daemon we started
 #
 # An existing daemon is used when DOCKER_HOST answers, or the default socket does.
@@ -18,13 +19,19 @@ _docker_answers() {
   DOCKER_HOST="$1" timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
 }
 
-ensure_dockerd() {
+# Use a daemon that answers (exporting DOCKER_HOST); fail when none does.
+ensure_dockerd_running() {
   if [ -n "${DOCKER_HOST:-}" ] && _docker_answers "$DOCKER_HOST"; then
     export DOCKER_HOST; return 0
   fi
   for host in "unix://$SCALECUA_DOCKER_SOCK" "unix:///var/run/docker.sock"; do
     if _docker_answers "$host"; then export DOCKER_HOST="$host"; return 0; fi
   done
+  return 1
+}
+
+ensure_dockerd() {
+  ensure_dockerd_running && return 0
   if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; then
     echo "[containers] no Docker engine: apt-get install docker.io (infra/install.sh --containers does)" >&2
     return 1

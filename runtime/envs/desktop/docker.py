@@ -90,10 +90,13 @@ def _client() -> Any:
     return aiodocker.Docker(url=docker_url())
 
 
-def _owner() -> str:
-    """Who owns the desktops this process starts: its container, else the process itself."""
+async def _owner(docker: Any) -> str:
+    """Who owns the desktops this process starts: this run of its container (a restarted
+    container is a new owner), else the process itself."""
     if container := _own_container():
-        return f"container:{container}"
+        with contextlib.suppress(Exception):
+            state = (await docker.containers.get(container))._container.get("State", {})
+            return f"container:{container}@{state.get('StartedAt', '')}"
     return f"process:{_process_key(os.getpid())}"
 
 
@@ -310,7 +313,7 @@ async def _create(
         "Image": image,
         "Cmd": ["sh", "-c", f'{prepare} && exec "$@"', "desktop", *argv],
         "Env": [f"SCALECUA_DESKTOP_TOKEN={token}"],
-        "Labels": {"scalecua.desktop": desktop_id, _OWNER_LABEL: _owner()},
+        "Labels": {"scalecua.desktop": desktop_id, _OWNER_LABEL: await _owner(docker)},
         "HostConfig": {
             # The server listens on the host's loopback; the apps get a network of their own.
             "NetworkMode": "host",
@@ -365,11 +368,12 @@ async def _remove_orphans(docker: Any) -> None:
 async def _owner_gone(docker: Any, owner: str) -> bool:
     kind, _, name = owner.partition(":")
     if kind == "container":
+        container, _, started = name.partition("@")
         try:
-            state = (await docker.containers.get(name))._container.get("State", {})
+            state = (await docker.containers.get(container))._container.get("State", {})
         except Exception:  # noqa: BLE001 - no such container: gone
             return True
-        return not state.get("Running", False)
+        return not state.get("Running", False) or state.get("StartedAt", "") != started
     if kind == "process":
         host, pidns, pid, _start = (name.split(":", 3) + ["", "", ""])[:4]
         if host != socket.gethostname() or pidns != str(os.stat("/proc/self/ns/pid").st_ino):
