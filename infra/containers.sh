@@ -13,7 +13,7 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 COMPOSE_FILE="$REPO/infra/compose.local.yml"
-PROJECT=scalecua-local
+PROJECT="${SCALECUA_COMPOSE_PROJECT:-scalecua-local}"  # another name runs a second stack beside it
 # shellcheck source=infra/images/dockerd.sh
 source "$REPO/infra/images/dockerd.sh"
 
@@ -68,15 +68,23 @@ case "$command" in
     ;;
   down)
     if ! ensure_dockerd_running; then echo "[containers] no Docker daemon runs: nothing to stop"; exit 0; fi
+    members="$(compose ps -aq 2>/dev/null || true)"
     compose down --remove-orphans --timeout 20 "$@"
-    # Desktops started by the rollout containers are the daemon's, not compose's.
-    desktops="$(docker ps -aq --filter label=scalecua.desktop)"
-    if [ -n "$desktops" ]; then
-      echo "[containers] removing $(wc -w <<<"$desktops") desktop container(s)"
-      # shellcheck disable=SC2086
-      docker rm -f $desktops >/dev/null
+    # Desktops are the daemon's, not compose's: a rollout container stopped in time removes
+    # its own; those of one that was killed are removed here (their owner label names it).
+    leftover=()
+    for desktop in $(docker ps -aq --filter label=scalecua.desktop); do
+      owner="$(docker inspect -f '{{index .Config.Labels "scalecua.desktop.owner"}}' "$desktop")"
+      for member in $members; do
+        [[ "$owner" == "container:$member"* ]] && leftover+=("$desktop")
+      done
+    done
+    if [ "${#leftover[@]}" -gt 0 ]; then
+      echo "[containers] removing ${#leftover[@]} desktop container(s) left by killed rollout workers"
+      docker rm -f "${leftover[@]}" >/dev/null
     fi
-    stop_dockerd
+    # The project's own daemon stops once nothing else runs on it (SCALECUA_KEEP_DOCKERD=1: never).
+    if [ -z "${SCALECUA_KEEP_DOCKERD:-}" ] && [ -z "$(docker ps -q)" ]; then stop_dockerd; fi
     ;;
   compose)
     ensure_dockerd

@@ -16,7 +16,7 @@ SCALECUA_DOCKER_RUN="${SCALECUA_DOCKER_RUN:-/run/scalecua-docker}"
 SCALECUA_DOCKER_SOCK="${SCALECUA_DOCKER_RUN}/docker.sock"
 
 _docker_answers() {
-  DOCKER_HOST="$1" timeout 10 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
+  DOCKER_HOST="$1" timeout 60 docker version --format '{{.Server.Version}}' >/dev/null 2>&1
 }
 
 # Use a daemon that answers (exporting DOCKER_HOST); fail when none does.
