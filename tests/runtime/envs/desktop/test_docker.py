@@ -174,3 +174,17 @@ def test_tasks_check_on_docker_desktops(docker_host: str) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["untouched"] == 0.0 and result["solved"] == 1.0 and result["sound"]
+
+
+def test_the_desktops_kind_comes_from_the_argument_then_the_environment(monkeypatch) -> None:
+    from runtime.envs.desktop.lifecycle import Desktop
+    from runtime.envs.desktop.pool import desktop_provider, desktops_kind
+    from runtime.errors import ConfigError
+
+    monkeypatch.delenv("SCALECUA_DESKTOPS_KIND", raising=False)
+    assert desktops_kind() == "native" and desktop_provider() is Desktop
+    monkeypatch.setenv("SCALECUA_DESKTOPS_KIND", "docker")
+    assert desktop_provider() is DockerDesktop
+    assert desktop_provider("native") is Desktop
+    with pytest.raises(ConfigError, match="unknown desktops kind 'vm'"):
+        DesktopPool(1, kind="vm")
