@@ -158,6 +158,7 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["dock
 # another tag still names (:lean, :full) stays; the rest is deleted with its layers.
 prune_old() {
   local repo="$1" keep="$2" tag
+  [ -z "${SCALECUA_IMAGE_SALT:-}" ] || return 0  # a salted (benchmark) build keeps the rest
   for tag in $(docker images --format '{{.Tag}}' "$repo"); do
     [[ "$tag" =~ ^[0-9a-f]{16}$ ]] && [ "$tag" != "$keep" ] || continue
     docker rmi "$repo:$tag" >/dev/null 2>&1 || true
@@ -169,4 +170,4 @@ for stage in base desktop service; do
   [ "$stage" = base ] || have_image "$BASE_TAG" || build_base
   "build_$stage"
 done
-[ -n "${SCALECUA_IMAGE_SALT:-}" ] || prune_old scalecua-base "$BASE_HASH"
+prune_old scalecua-base "$BASE_HASH"
