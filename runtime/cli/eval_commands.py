@@ -44,6 +44,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--desktops", type=integer(1), default=2, help="desktops side by side (default 2)"
     )
     p.add_argument(
+        "--desktops-kind", default=None, choices=("native", "docker"),
+        help="native (host namespaces, the default) | docker (a container each, from the image "
+        "`bash infra/containers.sh images` builds; docs/desktops.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--max-steps", type=integer(1), default=5, help="turn limit per episode (default 5)"
     )
     p.add_argument("--max-tokens", type=integer(1), default=96, help="tokens per turn (default 96)")
@@ -112,8 +117,10 @@ def _benchmark(args: argparse.Namespace) -> tuple[list, object, dict]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from runtime.envs.desktop.pool import use_desktops_kind
     from runtime.errors import SettingError
 
+    use_desktops_kind(args.desktops_kind)
     if args.index is not None and args.tasks is None:
         raise SettingError(f"[eval] index = {args.index}: --index goes with --tasks DIR")
     from transformers.utils import logging as hf_logging

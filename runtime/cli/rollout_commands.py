@@ -33,6 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--desktops", type=integer(1), default=2, help="episodes at once (default 2)")
     p.add_argument(
+        "--desktops-kind", default=None, choices=("native", "docker"),
+        help="native (host namespaces, the default) | docker (a container each, from the image "
+        "`bash infra/containers.sh images` builds; docs/desktops.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--policy", default="tiny", help="scripted | tiny | smollm2 | a model folder (default tiny)"
     )
     p.add_argument(
@@ -137,7 +142,9 @@ def rollout_setup(args: argparse.Namespace) -> tuple[Any, Any]:
     from consumers.rollout.players import build_player, default_observe
     from consumers.rollout.service import RolloutConfig
     from runtime.engines.base import SamplingParams
+    from runtime.envs.desktop.pool import use_desktops_kind
 
+    use_desktops_kind(args.desktops_kind)
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
         stop=("</tool_call>",),

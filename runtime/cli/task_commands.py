@@ -28,6 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     check.add_argument("ids", nargs="*", help="built-in task ids (default: all)")
     check.add_argument("--desktops", type=integer(1), default=2, help="desktops used at once")
+    check.add_argument(
+        "--desktops-kind", default=None, choices=("native", "docker"),
+        help="native (host namespaces, the default) | docker (a container each, from the image "
+        "`bash infra/containers.sh images` builds; docs/desktops.md)",
+    )  # fmt: skip
     check.set_defaults(func=_tasks_check)
     imp = tasks_sub.add_parser(
         "import",
@@ -204,12 +209,12 @@ def _tasks_check(args: argparse.Namespace) -> int:
 
     ids = args.ids or builtin_ids()
     tasks = [load_builtin(i) for i in ids]  # unknown ids fail before any desktop starts
-    unsound = asyncio.run(_check_all(tasks, args.desktops))
+    unsound = asyncio.run(_check_all(tasks, args.desktops, args.desktops_kind))
     print(f"{len(ids) - unsound}/{len(ids)} tasks sound", file=sys.stderr)
     return 1 if unsound else 0
 
 
-async def _check_all(tasks: list, desktops: int) -> int:
+async def _check_all(tasks: list, desktops: int, kind: str | None = None) -> int:
     import asyncio
 
     from runtime.envs.desktop.pool import DesktopPool
@@ -226,7 +231,7 @@ async def _check_all(tasks: list, desktops: int) -> int:
         unsound += not result["sound"]
         print(json.dumps(result), flush=True)
 
-    async with DesktopPool(max(1, desktops)) as pool:
+    async with DesktopPool(max(1, desktops), kind=kind) as pool:
         await asyncio.gather(*(one(t) for t in tasks))
     return unsound
 

@@ -72,6 +72,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="desktops run side by side (smollm2: 4; tiny: 2)",
     )
     p.add_argument(
+        "--desktops-kind", default=None, choices=("native", "docker"),
+        help="native (host namespaces, the default) | docker (a container each, from the image "
+        "`bash infra/containers.sh images` builds; docs/desktops.md)",
+    )  # fmt: skip
+    p.add_argument(
         "--policy", default="smollm2",
         help="smollm2 (default: the run that learns) | tiny (a fast plumbing check) | a model "
         "folder; the policy picks the defaults of the options below (see docs/learning.md)",
@@ -149,6 +154,7 @@ def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
                 setattr(svc[command], key, value)
     svc["rollout"].policy = _policy_folder(args.policy, svc["rollout"])
     svc["rollout"].desktops = args.desktops
+    svc["rollout"].desktops_kind = args.desktops_kind or svc["rollout"].desktops_kind
     svc["rollout"].max_tokens = args.max_tokens
     svc["rollout"].image_max_side = args.image_max_side
     svc["sample"].batch = args.batch

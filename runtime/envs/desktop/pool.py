@@ -7,6 +7,8 @@
 
 A desktop is reset when it comes back (in the background, so the next `acquire` does not
 wait for it); one that fails to reset or has died is stopped and replaced by a new one.
+Desktops are native (host namespaces, lifecycle.py) or Docker containers (docker.py), by
+`kind` or else `$SCALECUA_DESKTOPS_KIND`; both serve the same API and reset the same way.
 """
 
 from __future__ import annotations
@@ -14,29 +16,66 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from runtime.envs.desktop.lifecycle import Desktop
-from runtime.errors import DesktopError
+from runtime.errors import ConfigError, DesktopError
+
+if TYPE_CHECKING:
+    from runtime.envs.desktop.docker import DockerDesktop
 
 log = logging.getLogger(__name__)
 
 START_CONCURRENCY = 4  # desktops booting at once: each boot is a burst of CPU
+KINDS = ("native", "docker")
+
+
+def desktops_kind(kind: str | None = None) -> str:
+    """The desktop provider to use: `kind`, else $SCALECUA_DESKTOPS_KIND, else native."""
+    kind = kind or os.environ.get("SCALECUA_DESKTOPS_KIND") or "native"
+    if kind not in KINDS:
+        raise ConfigError(f"unknown desktops kind {kind!r}: one of {', '.join(KINDS)}")
+    return kind
+
+
+def use_desktops_kind(kind: str | None) -> None:
+    """Make `kind`, when given, the default desktop provider of this process and its children."""
+    if kind:
+        os.environ["SCALECUA_DESKTOPS_KIND"] = desktops_kind(kind)
+
+
+def desktop_provider(kind: str | None = None) -> type[Desktop] | type[DockerDesktop]:
+    """The class whose `start()`/`started()` make desktops of `kind` (see `desktops_kind`)."""
+    if desktops_kind(kind) == "docker":
+        from runtime.envs.desktop.docker import DockerDesktop
+
+        return DockerDesktop
+    return Desktop
 
 
 class DesktopPool:
     """Keeps `size` desktops warm; `acquire()` lends one out, reset, and takes it back."""
 
     def __init__(
-        self, size: int, *, width: int = 1280, height: int = 800, root: Path | None = None
+        self,
+        size: int,
+        *,
+        width: int = 1280,
+        height: int = 800,
+        root: Path | None = None,
+        kind: str | None = None,
     ) -> None:
         if size < 1:
             raise DesktopError(f"a desktop pool needs at least one desktop, not {size}")
         self.size = size
+        self.kind = desktops_kind(kind)
+        self._provider = desktop_provider(self.kind)
         self._start_kwargs = {"width": width, "height": height, "root": root}
-        self._idle: asyncio.Queue[Desktop] = asyncio.Queue()
-        self._all: set[Desktop] = set()
+        self._idle: asyncio.Queue[Any] = asyncio.Queue()
+        self._all: set[Any] = set()
         self._tasks: set[asyncio.Task] = set()
         self._boot = asyncio.Semaphore(START_CONCURRENCY)
         self._closed = False
@@ -48,7 +87,7 @@ class DesktopPool:
         )
         errors = [r for r in results if isinstance(r, BaseException)]
         for desktop in results:
-            if isinstance(desktop, Desktop):
+            if not isinstance(desktop, BaseException):
                 self._idle.put_nowait(desktop)
         if errors:
             await self.close()
@@ -95,7 +134,7 @@ class DesktopPool:
 
     async def _new(self) -> Desktop:
         async with self._boot:
-            desktop = await Desktop.start(**self._start_kwargs)  # type: ignore[arg-type]
+            desktop = await self._provider.start(**self._start_kwargs)  # type: ignore[arg-type]
         self._all.add(desktop)
         return desktop
 

@@ -88,9 +88,9 @@ async def run_task(
     task: Task, actions: list[dict[str, Any]] | None = None, screenshots: Path | None = None
 ) -> dict[str, Any]:
     """Start a desktop, run the task on it with actions, stop it, and return the result."""
-    from runtime.envs.desktop.lifecycle import Desktop
+    from runtime.envs.desktop.pool import desktop_provider
 
-    async with Desktop.started() as desktop:
+    async with desktop_provider().started() as desktop:
         return await run_on_desktop(desktop, task, actions, screenshots)
 
 

@@ -1,0 +1,30 @@
+# The scalecua service image: every stage (broker, archiver, rollout, judge, segmenter,
+# sampler, trainer, dashboard) is `scalecua COMMAND` in it. Built by infra/images/build.sh
+# from the imported Debian base with the project's locked packages (infra/constraints.txt)
+# and the CPU torch wheel; infra/compose.local.yml runs it.
+ARG BASE
+
+# Every locked package, from the wheelhouse the host's pip resolved (no index here).
+FROM ${BASE} AS venv
+COPY wheels /wheels
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install -q --no-index --no-deps --disable-pip-version-check /wheels/*.whl
+
+FROM ${BASE}
+COPY --from=venv /opt/venv /opt/venv
+COPY pyproject.toml README.md /opt/scalecua/
+COPY topics /opt/scalecua/topics
+COPY runtime /opt/scalecua/runtime
+COPY producers /opt/scalecua/producers
+COPY consumers /opt/scalecua/consumers
+RUN printf '#!/bin/sh\nexec /opt/venv/bin/python -m runtime.cli "$@"\n' >/usr/local/bin/scalecua \
+    && chmod 755 /usr/local/bin/scalecua
+ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYTHONPATH=/opt/scalecua \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    SCALECUA_HOME=/data/home \
+    SCALECUA_BLOBS=/data/blobs
+WORKDIR /opt/scalecua
+ENTRYPOINT ["tini", "--"]
+CMD ["scalecua", "--help"]

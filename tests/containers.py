@@ -1,0 +1,44 @@
+"""The Docker engine and the project's images for the container tests, built once per machine.
+
+`ensure_images("desktop")` starts the project's own dockerd when no daemon answers
+(infra/images/dockerd.sh: no bridge, no iptables) and builds what is missing with
+infra/images/build.sh, whose content-hash tags make a second call a few seconds of checks.
+A file lock keeps two xdist workers from building at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = REPO / "infra" / "images" / "build.sh"
+_LOCK = Path(os.environ.get("SCALECUA_IMAGES_LOCK", "/tmp/scalecua-images.lock"))
+
+
+def ensure_images(*stages: str) -> str:
+    """Build the images of `stages` (base, desktop, service) if missing; return DOCKER_HOST."""
+    script = (
+        f"source {REPO}/infra/images/dockerd.sh && ensure_dockerd >&2 && "
+        f'bash {BUILD} {" ".join(stages)} >&2 && echo "$DOCKER_HOST"'
+    )
+    with open(_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"building the images failed:\n{done.stderr[-3000:]}")
+    return done.stdout.strip().splitlines()[-1]
+
+
+def docker(*args: str, host: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the docker CLI against `host`."""
+    return subprocess.run(
+        ["docker", *args],
+        env={**os.environ, "DOCKER_HOST": host},
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=120,
+    )
