@@ -20,7 +20,7 @@ __all__ = ["register"]
 # win over both.
 _PROFILES: dict[str, dict] = {
     "smollm2": {
-        "up": {"iterations": 8, "desktops": 4, "batch": 4, "n": 4, "max_steps": 3,
+        "up": {"iterations": 12, "desktops": 4, "batch": 4, "n": 4, "max_steps": 3,
                "max_tokens": 40, "image_max_side": 448, "in_flight": 1, "warm_steps": 4,
                "warm_episodes": 8, "warm_lr": 5e-5, "pool": 4,
                "families": ["rename_file", "delete_file", "append_line", "count_lines"]},
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--iterations",
         type=integer(1),
         default=None,
-        help="RL trainer steps to run (smollm2: 8; tiny: 3)",
+        help="RL trainer steps to run (smollm2: 12; tiny: 3)",
     )
     p.add_argument(
         "--desktops",
