@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from runtime.cli.rollout_commands import add_desktops_kind
 from runtime.cli.settings import integer, number
 
 __all__ = ["register"]
@@ -43,11 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--desktops", type=integer(1), default=2, help="desktops side by side (default 2)"
     )
-    p.add_argument(
-        "--desktops-kind", default=None, choices=("native", "docker"),
-        help="native (host namespaces, the default) | docker (a container each, from the image "
-        "`bash infra/containers.sh images` builds; docs/desktops.md)",
-    )  # fmt: skip
+    add_desktops_kind(p)
     p.add_argument(
         "--max-steps", type=integer(1), default=5, help="turn limit per episode (default 5)"
     )

@@ -10,7 +10,7 @@ from typing import Any
 from runtime.cli.settings import PORT, integer, items, number
 from runtime.policy.prompts import VARIANTS
 
-__all__ = ["register", "rollout_setup", "CONTEXT", "SMALLEST_IMAGE"]
+__all__ = ["register", "rollout_setup", "add_desktops_kind", "CONTEXT", "SMALLEST_IMAGE"]
 
 # The policy's context window (K, DELTA): DELTA >= 1 when K >= 1 (the history renderer drops
 # DELTA observations at once); K = 0 keeps every observation.
@@ -32,11 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     p.add_argument("--desktops", type=integer(1), default=2, help="episodes at once (default 2)")
-    p.add_argument(
-        "--desktops-kind", default=None, choices=("native", "docker"),
-        help="native (host namespaces, the default) | docker (a container each, from the image "
-        "`bash infra/containers.sh images` builds; docs/desktops.md)",
-    )  # fmt: skip
+    add_desktops_kind(p)
     p.add_argument(
         "--policy", default="tiny", help="scripted | tiny | smollm2 | a model folder (default tiny)"
     )
@@ -127,6 +123,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--incomplete-reward", type=number(high=0), default=-0.2)
     _bootstrap(p)
     p.set_defaults(func=_rejudge)
+
+
+def add_desktops_kind(p: argparse.ArgumentParser) -> None:
+    """Add `--desktops-kind` (native or docker desktops) to a command that plays episodes."""
+    p.add_argument(
+        "--desktops-kind", default=None, choices=("native", "docker"),
+        help="native (host namespaces, the default) | docker (a container each, from the image "
+        "`bash infra/containers.sh images` builds; docs/desktops.md)",
+    )  # fmt: skip
 
 
 def _bootstrap(p: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from runtime.cli import files_commands
+from runtime.cli.rollout_commands import add_desktops_kind
 from runtime.cli.settings import integer
 
 
@@ -28,11 +29,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     check.add_argument("ids", nargs="*", help="built-in task ids (default: all)")
     check.add_argument("--desktops", type=integer(1), default=2, help="desktops used at once")
-    check.add_argument(
-        "--desktops-kind", default=None, choices=("native", "docker"),
-        help="native (host namespaces, the default) | docker (a container each, from the image "
-        "`bash infra/containers.sh images` builds; docs/desktops.md)",
-    )  # fmt: skip
+    add_desktops_kind(check)
     check.set_defaults(func=_tasks_check)
     imp = tasks_sub.add_parser(
         "import",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from runtime.cli.rollout_commands import SMALLEST_IMAGE
+from runtime.cli.rollout_commands import SMALLEST_IMAGE, add_desktops_kind
 from runtime.cli.settings import PORT, integer, number
 
 __all__ = ["register"]
@@ -71,11 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="desktops run side by side (smollm2: 4; tiny: 2)",
     )
-    p.add_argument(
-        "--desktops-kind", default=None, choices=("native", "docker"),
-        help="native (host namespaces, the default) | docker (a container each, from the image "
-        "`bash infra/containers.sh images` builds; docs/desktops.md)",
-    )  # fmt: skip
+    add_desktops_kind(p)
     p.add_argument(
         "--policy", default="smollm2",
         help="smollm2 (default: the run that learns) | tiny (a fast plumbing check) | a model "
