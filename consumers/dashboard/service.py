@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import html
 import io
-import ipaddress
 import logging
 import re
 import socket
@@ -40,6 +39,7 @@ from starlette.routing import Route
 from consumers.dashboard.archive import load_archived_run, resolve_run
 from consumers.dashboard.follow import LogFollower
 from consumers.dashboard.state import PANELS, DashboardConfig, DashboardState
+from runtime.addresses import is_loopback
 from runtime.archive.store import ArchiveStore
 from runtime.blobstore import BlobStore, open_blob_store
 from runtime.config import BusSettings
@@ -76,16 +76,6 @@ def bundle_problem() -> str | None:
         f"The dashboard's chart library is not installed ({CHART_JS} is missing). "
         "Run `bash infra/install.sh`, or `npm ci` in consumers/dashboard/web."
     )
-
-
-def is_loopback(host: str) -> bool:
-    """Return whether a listen address only accepts connections from this machine."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class LiveSource:

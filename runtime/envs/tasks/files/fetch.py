@@ -28,6 +28,7 @@ from urllib.parse import urlencode, urljoin, urlparse
 
 import httpx
 
+from runtime.addresses import is_loopback
 from runtime.errors import FetchError
 
 __all__ = [
@@ -76,7 +77,7 @@ def check_fetchable(url: str, mode: str) -> None:
         raise FetchError(f"cannot fetch {url}: only http(s) URLs are fetched")
     if mode == "off":
         raise FetchError(f"refusing to fetch {url}: fetching is off (SCALECUA_FILES_FETCH=off)")
-    if mode == "loopback" and not _is_loopback_name(parsed.hostname):
+    if mode == "loopback" and not is_loopback(parsed.hostname):
         raise FetchError(
             f"refusing to fetch {url}: only loopback URLs are fetched here "
             "(SCALECUA_FILES_FETCH=loopback)"
@@ -224,15 +225,6 @@ async def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Ad
     except OSError:
         return []  # the request itself then fails with a connect error, retried as transient
     return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
-
-
-def _is_loopback_name(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _is_drive(url: str) -> bool:
