@@ -19,13 +19,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Self
 
+import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
@@ -40,6 +43,22 @@ __all__ = ["Record", "EventProducer", "EventConsumer", "TopicPartition", "cluste
 log = logging.getLogger(__name__)
 
 _TANSU_CLUSTER_PREFIX = "tansu"  # Tansu's cluster id is "tansu_cluster" unless configured
+
+
+class _MetadataRequestNoAutoCreate(MetadataRequest):
+    """A metadata request that never asks the broker to create the topics it names."""
+
+    def __init__(self, topics: list[str] | None = None, allow_auto_topic_creation: bool = False):
+        super().__init__(topics, allow_auto_topic_creation)
+
+
+# aiokafka asks brokers to create every unknown topic a client names, and both Tansu and
+# Kafka (auto.create.topics.enable) do so with their default partition count (4 on Tansu,
+# 1 on Kafka), not the registry's. A service that reaches a broker before its topics exist
+# (a restarted embedded broker, a cluster before `scalecua topics create`) would create them
+# wrong, breaking co-partitioning and racing the real creation. aiokafka has no setting for
+# it, so its client builds this request instead; clients then wait for the topics to appear.
+aiokafka.client.MetadataRequest = _MetadataRequestNoAutoCreate
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,7 @@ class EventProducer(_Client):
             compression_type=settings.compression,
             max_request_size=settings.max_request_size,
             request_timeout_ms=settings.request_timeout_ms,
+            metadata_max_age_ms=settings.metadata_max_age_ms,
             enable_idempotence=False,  # Tansu rejects InitProducerId v0; ids dedupe instead
         )
         super().__init__(settings, producer)
@@ -200,6 +220,30 @@ class EventProducer(_Client):
             await self.abort()
 
 
+def _naming_partitions(
+    base: type[AbstractPartitionAssignor], cluster: Callable[[], object]
+) -> type[AbstractPartitionAssignor]:
+    """`base`, with join metadata that names how many partitions this member sees per topic.
+
+    Tansu 0.6 treats a rejoin with unchanged metadata as a no-op: same generation, and the
+    leader's new assignment is dropped for the stored one. A group that formed before its
+    topics existed (a service started before `topics create`, or reconnecting to a restarted
+    broker) would then keep its empty assignment when they appear. Naming the partition
+    counts makes such a rejoin a change, so the broker starts a new generation, as Kafka does.
+    """
+
+    class Assignor(base):
+        @classmethod
+        def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
+            topics = sorted(topics)
+            seen = cluster()
+            counts = ",".join(f"{t}:{len(seen.partitions_for_topic(t) or ())}" for t in topics)
+            return ConsumerProtocolMemberMetadata(cls.version, topics, counts.encode())
+
+    Assignor.__name__ = Assignor.__qualname__ = base.__name__
+    return Assignor
+
+
 async def cluster_id(client: object) -> str | None:
     """Return the cluster id the broker reports in its metadata (None if it reports none)."""
     node = client.get_random_node()  # an aiokafka AIOKafkaClient
@@ -248,10 +292,14 @@ class EventConsumer(_Client):
             fetch_max_wait_ms=settings.fetch_max_wait_ms,
             max_poll_records=settings.max_poll_records,
             request_timeout_ms=settings.request_timeout_ms,
+            metadata_max_age_ms=settings.metadata_max_age_ms,
             # Range assignment gives a member the same partition numbers of every topic, so
             # topics keyed alike (steps and completions of a request) meet in one member.
             partition_assignment_strategy=(
-                (RangePartitionAssignor,) if co_partitioned else (RoundRobinPartitionAssignor,)
+                _naming_partitions(
+                    RangePartitionAssignor if co_partitioned else RoundRobinPartitionAssignor,
+                    lambda: consumer._client.cluster,
+                ),
             ),
         )
         super().__init__(settings, consumer)

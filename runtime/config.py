@@ -118,6 +118,9 @@ class BusSettings:
     acks: str | int = "all"
     compression: str | None = None  # None, "gzip", "snappy", "lz4", "zstd"
     max_request_size: int = 32 * 1024 * 1024
+    # How stale a client's view of the topics may get. Clients never auto-create topics (see
+    # runtime/bus.py), so one that started before its topics existed learns of them here.
+    metadata_max_age_ms: int = 5_000
     # Whether a group member sends LeaveGroup when it stops; None: yes, except on the
     # embedded broker (Tansu), where a leave can wedge the group (see runtime/bus.py).
     leave_group_on_stop: bool | None = None

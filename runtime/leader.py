@@ -239,6 +239,7 @@ class SingletonService:
             rebalance_timeout_ms=s.rebalance_timeout_ms,
             fetch_max_wait_ms=s.fetch_max_wait_ms,
             request_timeout_ms=s.request_timeout_ms,
+            metadata_max_age_ms=s.metadata_max_age_ms,
             partition_assignment_strategy=(self._assignor,),
         )
 

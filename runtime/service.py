@@ -239,7 +239,9 @@ class ServiceRunner:
         self._watch: RunWatch | None = None
         self._last_run_check = 0.0
         self._log_changed = False  # the run record says our positions belong to another log
-        self._rewound: set[TopicPartition] = set()  # sought back in this batch (see _handle_once)
+        # Partitions whose records in the batch in hand are stale: sought elsewhere or revoked
+        # since the batch was fetched (the consumer reads them again from the new position).
+        self._stale: set[TopicPartition] = set()
         self.metrics = ServiceMetrics()
         # aiokafka clients must be created inside the running loop: see run().
         self.consumer: EventConsumer | None = None
@@ -361,7 +363,7 @@ class ServiceRunner:
                     self.consumer.raw.resume(*self.consumer.raw.assignment())
                     paused = False
                 records = await self._poll(limit)
-                self._rewound.clear()
+                self._stale.clear()
                 for record in records:
                     await self._handle(record)
                 if self._log_shrank() or (
@@ -408,8 +410,12 @@ class ServiceRunner:
             except TimeoutError:
                 if time.monotonic() - waited >= 30.0:
                     waited = time.monotonic()
-                    log.warning("%s: the group %s has assigned no partition yet; still waiting",
-                                self.processor.name, self.group_id)  # fmt: skip
+                    missing = [t for t in self.processor.topics
+                               if not self.consumer.raw.partitions_for_topic(t)]  # fmt: skip
+                    why = (f"; the broker has no topic {', '.join(missing)} (clients never create "
+                           "topics: `scalecua topics create` does)" if missing else "")  # fmt: skip
+                    log.warning("%s: the group %s has assigned no partition yet%s; still waiting",
+                                self.processor.name, self.group_id, why)  # fmt: skip
         return []
 
     # -- the log's run ------------------------------------------------------------------
@@ -463,7 +469,7 @@ class ServiceRunner:
             assignment = self.consumer.raw.assignment()
             for tp in owned:
                 if tp in assignment:
-                    self.consumer.raw.seek(tp, 0)
+                    self._seek(tp, 0)
 
     async def _shutdown(self) -> None:
         if self._stateful:
@@ -534,12 +540,13 @@ class ServiceRunner:
     async def _handle_once(self, record: Record) -> None:
         async with self._lock:
             tp = record.tp
+            if tp in self._stale:
+                return  # fetched before a seek or a rebalance: read again from there
             if tp not in self._owned:
-                if tp in self.consumer.raw.assignment() and tp not in self._rewound:
+                if tp in self.consumer.raw.assignment():
                     # Assigned, but the assignment callback has not run yet: read it again
                     # once it has (aiokafka may fetch before it calls the listener).
-                    self.consumer.raw.seek(tp, record.offset)
-                    self._rewound.add(tp)
+                    self._seek(tp, record.offset)
                 return  # else revoked since it was fetched: its new owner reads it
             if record.offset < self._resume.get(tp, -1):
                 self._remember(record)  # before the committed offset: handled already
@@ -828,6 +835,7 @@ class ServiceRunner:
             except InfrastructureError as exc:
                 log.warning("%s: could not flush before a rebalance (%s); the new owner "
                             "re-reads from the last commit", self.processor.name, exc)  # fmt: skip
+            self._stale |= revoked  # what is left of the batch in hand is re-read from the commit
             for tp in revoked:
                 self._owned.discard(tp)
                 self._acked.pop(tp, None)
@@ -864,6 +872,11 @@ class ServiceRunner:
         log.info("%s assigned %d partitions: %s", self.processor.name, len(assigned), names)
         self.ready.set()
 
+    def _seek(self, tp: TopicPartition, offset: int) -> None:
+        """Move a partition's position; its records in the batch in hand are then stale."""
+        self.consumer.raw.seek(tp, offset)
+        self._stale.add(tp)
+
     async def _warm_dedup(self, assigned: set[TopicPartition]) -> None:
         """Give each partition a window and re-read the ids just before its committed offset."""
         for tp in assigned:
@@ -873,4 +886,4 @@ class ServiceRunner:
             committed = await self.consumer.raw.committed(tp)
             if committed:
                 self._resume[tp] = committed
-                self.consumer.raw.seek(tp, max(0, committed - self.dedup_window))
+                self._seek(tp, max(0, committed - self.dedup_window))

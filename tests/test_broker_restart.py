@@ -39,7 +39,9 @@ def _broker(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
         [*SCALECUA, "broker", "--port", str(port)], env=env, stdout=subprocess.PIPE,
         stderr=open(log, "a"), text=True, start_new_session=True,  # noqa: SIM115
     )  # fmt: skip
-    assert proc.stdout is not None and proc.stdout.readline().strip() == f"127.0.0.1:{port}"
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    assert line == f"127.0.0.1:{port}", (proc.wait(10), log.read_text()[-3000:])
     return proc
 
 
@@ -114,5 +116,6 @@ async def test_services_follow_a_restarted_broker_to_its_new_log(tmp_path: Path)
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-        os.killpg(broker.pid, signal.SIGTERM)
-        broker.wait(10)
+        if broker.poll() is None:
+            os.killpg(broker.pid, signal.SIGTERM)
+            broker.wait(10)

@@ -5,6 +5,11 @@ LeaveGroup reaches it before the leader's: every later member then waits for tha
 assignment forever. The first test pins that behaviour of the broker (when it starts to
 fail, the broker is fixed and the workaround in runtime/bus.py can go); the second shows
 that our consumers, which never send LeaveGroup to Tansu, leave no wedged group behind.
+
+Tansu 0.6 also ignores a rejoin whose member metadata is unchanged (same generation, the
+stored assignment handed back), so a group formed before its topics existed stays empty
+when they appear. The third test pins that; the fourth shows our consumers, whose join
+metadata names the partition counts they see, getting their partitions (runtime/bus.py).
 """
 
 from __future__ import annotations
@@ -12,9 +17,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
+from pathlib import Path
 
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
+
+from runtime.broker import EmbeddedBroker, create_topics
 from runtime.bus import EventConsumer
 from runtime.config import BusSettings
+from topics.registry import topic
 
 
 async def _join(settings: BusSettings, group: str) -> EventConsumer:
@@ -87,3 +98,61 @@ async def test_members_stopped_together_leave_a_group_a_newcomer_joins(
 
     joined = await asyncio.gather(*(trial(i) for i in range(5)))
     assert joined == [True] * 5
+
+
+async def _topics(bootstrap: str) -> list[str]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        return await admin.list_topics()
+    finally:
+        await admin.close()
+
+
+async def _member_before_its_topic(
+    settings: BusSettings, group: str, *, naming_partitions: bool
+) -> EventConsumer:
+    """A lone member that joined while its topic did not exist yet (an empty assignment)."""
+    consumer = EventConsumer(settings, ["reward"], group, join_on_start=False)
+    if not naming_partitions:  # aiokafka's own assignor, as a plain client would join
+        consumer.raw._partition_assignment_strategy = (RoundRobinPartitionAssignor,)
+    await consumer.start()
+    consumer.raw.subscribe(["reward"])
+    deadline = time.monotonic() + 30
+    while consumer.raw._coordinator.generation < 0:  # joined (with nothing to assign)
+        assert time.monotonic() < deadline, "the member never joined"
+        await consumer.getmany(timeout_ms=100)
+    assert not consumer.raw.assignment()
+    return consumer
+
+
+async def test_the_embedded_broker_ignores_a_rejoin_whose_metadata_is_unchanged(
+    tmp_path: Path,
+) -> None:
+    # Pins Tansu's behaviour: when the topic appears, the leader rejoins and assigns its
+    # partitions, but the broker keeps the generation and hands back the old, empty assignment.
+    broker = await EmbeddedBroker(log_file=tmp_path / "broker.log").start(create=False)
+    try:
+        settings = BusSettings(bootstrap=broker.bootstrap)
+        consumer = await _member_before_its_topic(settings, "plain", naming_partitions=False)
+        await create_topics(broker.bootstrap, ["reward"])
+        assert not await _assigned_within(consumer, 15), "Tansu starts a new generation now"
+        await consumer.stop()
+    finally:
+        broker.stop()
+
+
+async def test_a_member_that_joined_before_its_topic_existed_gets_its_partitions(
+    tmp_path: Path,
+) -> None:
+    broker = await EmbeddedBroker(log_file=tmp_path / "broker.log").start(create=False)
+    try:
+        settings = BusSettings(bootstrap=broker.bootstrap)
+        consumer = await _member_before_its_topic(settings, "ours", naming_partitions=True)
+        assert await _topics(broker.bootstrap) == []  # joining created nothing
+        await create_topics(broker.bootstrap, ["reward"])
+        assert await _assigned_within(consumer, 30)
+        assert len(consumer.raw.assignment()) == topic("reward").partitions
+        await consumer.stop()
+    finally:
+        broker.stop()

@@ -286,6 +286,63 @@ async def test_duplicates_are_dropped_across_restarts(bus_settings: BusSettings)
     assert runner.metrics.duplicates == 5
 
 
+class SlowToTakeOver(CountSteps):
+    """Takes a while to set up what it owns (a stateful processor loading its state): aiokafka
+    installs the assignment and fetches before the listener has finished, so a batch is in
+    hand before the runner has positioned the partitions."""
+
+    name = "count-steps"
+
+    def low_watermark(self, tp: object) -> int | None:
+        return None
+
+    async def tick(self) -> list[Output]:
+        return []
+
+    async def on_assigned(self, partitions: set) -> None:
+        await asyncio.sleep(1.5)
+
+    async def on_revoked(self, partitions: set) -> list[Output]:
+        return []
+
+    async def close(self) -> list[Output]:
+        return []
+
+
+async def test_a_batch_fetched_during_the_assignment_is_not_handled_unpositioned(
+    bus_settings: BusSettings,
+) -> None:
+    # One trajectory: one partition, read in one batch.
+    steps = [RolloutStep(trajectory_id="traj-x", step=i) for i in range(20)]
+    async with EventProducer(bus_settings) as producer:
+        await producer.wait_acks([await producer.send("rollout-step", s) for s in steps])
+    first = CountSteps()
+    runner = ServiceRunner(first, bus_settings)
+    task = asyncio.create_task(runner.run(install_signal_handlers=False))
+    deadline = time.monotonic() + 30
+    while runner.metrics.consumed < 20 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    runner.stop()
+    await asyncio.wait_for(task, 30)
+    assert len(first.seen) == 20
+
+    # Redelivered, then one new step. The successor's window must be re-read before any of
+    # them is handled, even though they were fetched while it was still taking over.
+    fresh = RolloutStep(trajectory_id="traj-x", step=100)
+    async with EventProducer(bus_settings) as producer:
+        await producer.wait_acks([await producer.send("rollout-step", s) for s in [*steps, fresh]])
+    second = SlowToTakeOver()
+    runner = ServiceRunner(second, bus_settings)
+    task = asyncio.create_task(runner.run(install_signal_handlers=False))
+    deadline = time.monotonic() + 30
+    while fresh.dedup_id() not in second.seen and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    runner.stop()
+    await asyncio.wait_for(task, 30)
+    assert second.seen == [fresh.dedup_id()]
+    assert runner.metrics.duplicates == 20
+
+
 class FlakyStore(CountSteps):
     """A processor whose own storage fails for a while (an InfrastructureError)."""
 
