@@ -38,7 +38,14 @@ from topics.codec import decode, encode
 from topics.events import Event
 from topics.registry import topic
 
-__all__ = ["Record", "EventProducer", "EventConsumer", "TopicPartition", "cluster_id"]
+__all__ = [
+    "Record",
+    "EventProducer",
+    "EventConsumer",
+    "TopicPartition",
+    "cluster_id",
+    "partition_counts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -220,6 +227,11 @@ class EventProducer(_Client):
             await self.abort()
 
 
+def partition_counts(cluster: object, topics: Iterable[str]) -> str:
+    """Name how many partitions an aiokafka ClusterMetadata shows for each topic ("t:8,u:1")."""
+    return ",".join(f"{t}:{len(cluster.partitions_for_topic(t) or ())}" for t in sorted(topics))
+
+
 def _naming_partitions(
     base: type[AbstractPartitionAssignor], cluster: Callable[[], object]
 ) -> type[AbstractPartitionAssignor]:
@@ -236,9 +248,9 @@ def _naming_partitions(
         @classmethod
         def metadata(cls, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:
             topics = sorted(topics)
-            seen = cluster()
-            counts = ",".join(f"{t}:{len(seen.partitions_for_topic(t) or ())}" for t in topics)
-            return ConsumerProtocolMemberMetadata(cls.version, topics, counts.encode())
+            return ConsumerProtocolMemberMetadata(
+                cls.version, topics, partition_counts(cluster(), topics).encode()
+            )
 
     Assignor.__name__ = Assignor.__qualname__ = base.__name__
     return Assignor

@@ -56,7 +56,7 @@ from aiokafka.coordinator.protocol import (
 )
 from aiokafka.errors import KafkaError
 
-from runtime.bus import EventConsumer, EventProducer
+from runtime.bus import EventConsumer, EventProducer, partition_counts
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, InfrastructureError
 from runtime.service import Processor, ServiceRunner
@@ -86,11 +86,18 @@ class _StickyLeader(AbstractPartitionAssignor):
 
     def __init__(self) -> None:
         self.claim = 0  # while holding: when its hold began (ms), so the newest claim wins
+        self.cluster: Callable[[], ClusterMetadata] | None = None  # the member's metadata view
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
-        """Return this member's subscription, with its claim as user data."""
-        data = str(self.claim).encode() if self.claim else b""
-        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data)
+        """Return this member's subscription, with its claim and the partitions it sees.
+
+        The partition counts make a rejoin after the election topic appears a change, which
+        the embedded broker needs to start a new generation (see runtime/bus.py).
+        """
+        data = str(self.claim) if self.claim else ""
+        if self.cluster is not None:
+            data += ";" + partition_counts(self.cluster(), topics)
+        return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data.encode())
 
     def assign(  # type: ignore[override]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
@@ -112,7 +119,7 @@ class _StickyLeader(AbstractPartitionAssignor):
 
 def _claim(data: bytes | None) -> int:
     try:
-        return int(data or b"0")
+        return int((data or b"").split(b";")[0] or b"0")
     except ValueError:  # a member of another version: no claim
         return 0
 
@@ -228,7 +235,7 @@ class SingletonService:
     # -- the election ------------------------------------------------------------------
     def _election_consumer(self) -> AIOKafkaConsumer:
         s = self.settings
-        return AIOKafkaConsumer(
+        consumer = AIOKafkaConsumer(
             bootstrap_servers=s.bootstrap,
             client_id=s.client_id,
             group_id=election_group(self.role),
@@ -242,6 +249,8 @@ class SingletonService:
             metadata_max_age_ms=s.metadata_max_age_ms,
             partition_assignment_strategy=(self._assignor,),
         )
+        self._assignor.cluster = lambda: consumer._client.cluster
+        return consumer
 
     async def _poll(self, consumer: AIOKafkaConsumer) -> None:
         """Keep polling (the partition is paused): aiokafka leaves a group whose consumer is
