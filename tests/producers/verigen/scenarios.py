@@ -27,7 +27,9 @@ def terminal_solution(name: str, text: str) -> list[dict[str, Any]]:
     """Open a terminal and write `text` into ~/name."""
     return [
         {"action": "key", "text": "ctrl+alt+t"},
-        {"action": "wait", "duration": 2.0},
+        # Keys typed before the terminal maps are lost: under a loaded CI machine xterm took
+        # over 2 s to appear, and a replay of an accepted task scored 0.
+        {"action": "wait", "duration": 4.0},
         {"action": "type", "text": f"echo '{text}' > ~/{name}\n"},
         {"action": "wait", "duration": 1.0},
     ]

@@ -97,7 +97,7 @@ def test_run_publishes_accepted_tasks_that_task_run_plays_and_scores(
         played = subprocess.run([*SCALECUA, "task", "run", str(path), "--actions", str(actions)],
                                 capture_output=True, text=True, timeout=300)  # fmt: skip
         assert played.returncode == 0, played.stderr[-2000:]
-        assert json.loads(played.stdout)["score"] == 1.0
+        assert json.loads(played.stdout)["score"] == 1.0, played.stderr[-2000:]
     untouched = subprocess.run([*SCALECUA, "task", "run", str(path)], capture_output=True,
                                text=True, timeout=300)  # fmt: skip
     assert json.loads(untouched.stdout)["score"] == 0.0
