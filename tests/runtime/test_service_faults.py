@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 
@@ -25,6 +26,16 @@ def _step(i: int) -> RolloutStep:
 async def _produce_steps(settings: BusSettings, ids: range) -> None:
     async with EventProducer(settings) as producer:
         await producer.wait_acks([await producer.send("rollout-step", _step(i)) for i in ids])
+
+
+async def _run_until(runner: ServiceRunner, done: Callable[[], bool]) -> None:
+    """Run `runner` until `done()` (at most 30 s, or until it ends by itself), then stop it."""
+    task = asyncio.create_task(runner.run(install_signal_handlers=False))
+    deadline = time.monotonic() + 30
+    while not done() and time.monotonic() < deadline and not task.done():
+        await asyncio.sleep(0.05)
+    runner.stop()
+    await asyncio.wait_for(task, 30)  # raises what ended the runner, if anything did
 
 
 class SlowEcho:
@@ -180,12 +191,8 @@ async def test_an_output_of_the_wrong_type_is_dead_lettered_and_the_stream_goes_
 ) -> None:
     await _produce_steps(bus_settings, range(10))
     runner = ServiceRunner(WrongType(), bus_settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while runner.metrics.consumed < 10 and time.monotonic() < deadline and not task.done():
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)  # raised SchemaError before the fix
+    # The runner raised SchemaError here before the fix.
+    await _run_until(runner, lambda: runner.metrics.consumed >= 10)
     assert runner.metrics.processed == 5 and runner.metrics.dead_lettered == 5
     dead = await read_records(bus_settings, "dead-letter", 5, grace=0.5)
     assert len(dead) == 5
@@ -219,12 +226,7 @@ async def test_near_limit_records_and_oversized_outputs_end_as_bounded_dead_lett
         futures.append(await producer.send("reward", reward))
         await producer.wait_acks(futures)
     runner = ServiceRunner(Inflate(), settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while runner.metrics.consumed < 2 and time.monotonic() < deadline and not task.done():
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)
+    await _run_until(runner, lambda: runner.metrics.consumed >= 2)
     dead = sorted(
         (r.event for r in await read_records(bus_settings, "dead-letter", 2, grace=0.5)),
         key=lambda e: e.error_type,
@@ -260,12 +262,7 @@ async def test_duplicates_are_dropped_across_restarts(bus_settings: BusSettings)
         await producer.wait_acks([await producer.send("rollout-step", s) for s in steps * 2])
     first = CountSteps()
     runner = ServiceRunner(first, bus_settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while runner.metrics.consumed < 40 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)
+    await _run_until(runner, lambda: runner.metrics.consumed >= 40)
     assert sorted(first.seen) == sorted(s.dedup_id() for s in steps)
     assert runner.metrics.duplicates == 20
 
@@ -276,12 +273,7 @@ async def test_duplicates_are_dropped_across_restarts(bus_settings: BusSettings)
         await producer.send_and_wait("rollout-step", fresh)
     second = CountSteps()
     runner = ServiceRunner(second, bus_settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while runner.metrics.consumed < 6 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)
+    await _run_until(runner, lambda: runner.metrics.consumed >= 6)
     assert second.seen == [fresh.dedup_id()]
     assert runner.metrics.duplicates == 5
 
@@ -318,12 +310,7 @@ async def test_a_batch_fetched_during_the_assignment_is_not_handled_unpositioned
         await producer.wait_acks([await producer.send("rollout-step", s) for s in steps])
     first = CountSteps()
     runner = ServiceRunner(first, bus_settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while runner.metrics.consumed < 20 and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)
+    await _run_until(runner, lambda: runner.metrics.consumed >= 20)
     assert len(first.seen) == 20
 
     # Redelivered, then one new step. The successor's window must be re-read before any of
@@ -333,12 +320,7 @@ async def test_a_batch_fetched_during_the_assignment_is_not_handled_unpositioned
         await producer.wait_acks([await producer.send("rollout-step", s) for s in [*steps, fresh]])
     second = SlowToTakeOver()
     runner = ServiceRunner(second, bus_settings)
-    task = asyncio.create_task(runner.run(install_signal_handlers=False))
-    deadline = time.monotonic() + 30
-    while fresh.dedup_id() not in second.seen and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    runner.stop()
-    await asyncio.wait_for(task, 30)
+    await _run_until(runner, lambda: fresh.dedup_id() in second.seen)
     assert second.seen == [fresh.dedup_id()]
     assert runner.metrics.duplicates == 20
 

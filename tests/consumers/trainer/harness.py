@@ -6,8 +6,12 @@ logprobs are the policy's own (recomputed exactly as the rollout engine reports 
 
 from __future__ import annotations
 
+import asyncio
 import io
+import subprocess
+import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,3 +179,15 @@ async def publish(
             for topic_name, event in items:
                 futures.append(await producer.send(topic_name, event))
         await producer.wait_acks(futures)
+
+
+async def wait_while_running(
+    done: Callable[[], bool], procs: list[subprocess.Popen], timeout: float, what: str
+) -> None:
+    """Wait until `done()` holds, failing if a trainer process exits first or time runs out."""
+    deadline = time.monotonic() + timeout
+    while not await asyncio.to_thread(done):
+        for proc in procs:
+            assert proc.poll() is None, f"a trainer exited early ({proc.returncode}) before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
+        await asyncio.sleep(0.01)

@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -21,18 +20,9 @@ from runtime.blobstore import open_blob_store
 from runtime.config import BusSettings
 from runtime.policy.model import Policy
 from tests.bus_reading import committed, read_until
-from tests.consumers.trainer.harness import make_group, publish
+from tests.consumers.trainer.harness import make_group, publish, wait_while_running
 
 SCALECUA = [sys.executable, "-m", "runtime.cli"]
-
-
-async def _wait(done, procs: list[subprocess.Popen], timeout: float, what: str) -> None:  # noqa: ANN001
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(done):
-        for proc in procs:
-            assert proc.poll() is None, f"a trainer exited early ({proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after {timeout} s"
-        await asyncio.sleep(0.01)
 
 
 async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_as_if_uninterrupted(
@@ -68,11 +58,11 @@ async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_a
     plain = start("plain", ["--max-steps", "2"])
     killed = start("killed")
     try:
-        await _wait(lambda: all((tmp_path / r / "v000001" / METADATA).exists()
+        await wait_while_running(lambda: all((tmp_path / r / "v000001" / METADATA).exists()
                                 for r in ("plain", "killed")), [plain, killed], 300, "v1")  # fmt: skip
         await publish(bus_settings, [r for g in waves[1].values() for r in g])
         # Rank 1 of the second run starts step 2: kill it there.
-        await _wait(lambda: text("killed").count("rank 1: step of") >= 2, [killed], 120,
+        await wait_while_running(lambda: text("killed").count("rank 1: step of") >= 2, [killed], 120,
                     "step 2 on rank 1")  # fmt: skip
         pid = int(re.search(r"rank 1 of 2 \(pid (\d+)\) joined", text("killed")).group(1))
         os.kill(pid, signal.SIGKILL)

@@ -3,13 +3,11 @@ were committed; the restart resumes from that checkpoint: no group trained twice
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from consumers.trainer.checkpoints import METADATA, CheckpointStore
@@ -17,18 +15,10 @@ from runtime.blobstore import open_blob_store
 from runtime.config import BusSettings
 from runtime.policy.model import Policy
 from tests.bus_reading import committed, read_until
-from tests.consumers.trainer.harness import make_group, publish
+from tests.consumers.trainer.harness import make_group, publish, wait_while_running
 from topics.events import PolicyUpdate
 
 SCALECUA = [sys.executable, "-m", "runtime.cli"]
-
-
-async def _wait_for(path: Path, proc: subprocess.Popen, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(path.exists):
-        assert proc.poll() is None, f"the trainer exited early ({proc.returncode})"
-        assert time.monotonic() < deadline, f"no {path} after {timeout} s"
-        await asyncio.sleep(0.005)
 
 
 async def test_kill_9_between_checkpoint_and_commit_trains_every_group_exactly_once(
@@ -46,7 +36,7 @@ async def test_kill_9_between_checkpoint_and_commit_trains_every_group_exactly_o
     with open(tmp_path / "first.log", "wb") as log:
         first = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            await _wait_for(ckpt / "v000001" / METADATA, first, 240)
+            await wait_while_running((ckpt / "v000001" / METADATA).exists, [first], 240, "v1")
         finally:
             os.kill(first.pid, signal.SIGKILL)
             first.wait(10)
