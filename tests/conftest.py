@@ -40,6 +40,17 @@ async def broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
 
 
 @pytest.fixture
+async def bare_broker(tmp_path: Path) -> AsyncIterator[EmbeddedBroker]:
+    """A fresh broker without any topic (what a service meets before `topics create`)."""
+    b = EmbeddedBroker(log_file=tmp_path / "bare-broker.log")
+    await b.start(create=False)
+    try:
+        yield b
+    finally:
+        b.stop()
+
+
+@pytest.fixture
 def bus_settings(broker: EmbeddedBroker) -> BusSettings:
     """Client settings pointing at the test broker."""
     return BusSettings(bootstrap=broker.bootstrap)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
@@ -127,32 +126,24 @@ async def _member_before_its_topic(
 
 
 async def test_the_embedded_broker_ignores_a_rejoin_whose_metadata_is_unchanged(
-    tmp_path: Path,
+    bare_broker: EmbeddedBroker,
 ) -> None:
     # Pins Tansu's behaviour: when the topic appears, the leader rejoins and assigns its
     # partitions, but the broker keeps the generation and hands back the old, empty assignment.
-    broker = await EmbeddedBroker(log_file=tmp_path / "broker.log").start(create=False)
-    try:
-        settings = BusSettings(bootstrap=broker.bootstrap)
-        consumer = await _member_before_its_topic(settings, "plain", naming_partitions=False)
-        await create_topics(broker.bootstrap, ["reward"])
-        assert not await _assigned_within(consumer, 15), "Tansu starts a new generation now"
-        await consumer.stop()
-    finally:
-        broker.stop()
+    settings = BusSettings(bootstrap=bare_broker.bootstrap)
+    consumer = await _member_before_its_topic(settings, "plain", naming_partitions=False)
+    await create_topics(bare_broker.bootstrap, ["reward"])
+    assert not await _assigned_within(consumer, 15), "Tansu starts a new generation now"
+    await consumer.stop()
 
 
 async def test_a_member_that_joined_before_its_topic_existed_gets_its_partitions(
-    tmp_path: Path,
+    bare_broker: EmbeddedBroker,
 ) -> None:
-    broker = await EmbeddedBroker(log_file=tmp_path / "broker.log").start(create=False)
-    try:
-        settings = BusSettings(bootstrap=broker.bootstrap)
-        consumer = await _member_before_its_topic(settings, "ours", naming_partitions=True)
-        assert await _topics(broker.bootstrap) == []  # joining created nothing
-        await create_topics(broker.bootstrap, ["reward"])
-        assert await _assigned_within(consumer, 30)
-        assert len(consumer.raw.assignment()) == topic("reward").partitions
-        await consumer.stop()
-    finally:
-        broker.stop()
+    settings = BusSettings(bootstrap=bare_broker.bootstrap)
+    consumer = await _member_before_its_topic(settings, "ours", naming_partitions=True)
+    assert await _topics(bare_broker.bootstrap) == []  # joining created nothing
+    await create_topics(bare_broker.bootstrap, ["reward"])
+    assert await _assigned_within(consumer, 30)
+    assert len(consumer.raw.assignment()) == topic("reward").partitions
+    await consumer.stop()

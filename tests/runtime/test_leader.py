@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
@@ -124,23 +123,19 @@ async def test_a_runner_that_fails_ends_the_service(bus_settings: BusSettings) -
 
 
 async def test_a_member_started_before_the_topics_exist_is_elected_once_they_do(
-    tmp_path: Path,
+    bare_broker: EmbeddedBroker,
 ) -> None:
     # Clients never create topics, and the embedded broker ignores a rejoin whose metadata
     # is unchanged: the election must still notice its topic appearing (runtime/bus.py).
-    broker = await EmbeddedBroker(log_file=tmp_path / "broker.log").start(create=False)
-    try:
-        settings = BusSettings(bootstrap=broker.bootstrap)
-        journal: list[str] = []
-        a = SingletonService(settings, "counter", _role("a", journal))
-        ta = asyncio.create_task(a.run(install_signal_handlers=False))
-        await asyncio.sleep(3.0)  # joined with nothing to hold
-        assert not a.active.is_set()
-        await create_topics(broker.bootstrap)
-        await asyncio.wait_for(a.active.wait(), 30)
-        await _update(settings, 1)
-        await _until(lambda: a.processor.seen == 1)
-        a.stop()
-        await asyncio.wait_for(ta, 30)
-    finally:
-        broker.stop()
+    settings = BusSettings(bootstrap=bare_broker.bootstrap)
+    journal: list[str] = []
+    a = SingletonService(settings, "counter", _role("a", journal))
+    ta = asyncio.create_task(a.run(install_signal_handlers=False))
+    await asyncio.sleep(3.0)  # joined with nothing to hold
+    assert not a.active.is_set()
+    await create_topics(bare_broker.bootstrap)
+    await asyncio.wait_for(a.active.wait(), 30)
+    await _update(settings, 1)
+    await _until(lambda: a.processor.seen == 1)
+    a.stop()
+    await asyncio.wait_for(ta, 30)
