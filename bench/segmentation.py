@@ -3,8 +3,10 @@
 The paper's §3.4 claim is about training cost: a 50-turn episode cut into O(T/Δ) segments
 trains faster than one item per turn (2.83x from step-wise to VCS on GPUs), and one item
 for the whole episode is too long. This bench measures the three modes of
-`consumers/segmenter/vcs.py` (`stepwise`, `vcs` with K = Δ = 5, `trajectory`) on the same
-synthetic trajectories:
+`consumers/segmenter/vcs.py` (`stepwise`, `vcs`, both with the rollout's window K = Δ = 5,
+and `trajectory`) on the same synthetic trajectories. Step-wise and VCS train the same
+responses on contexts the engine saw: step-wise one item per turn (that turn's windowed
+prompt, 6 to 10 screenshots once past the first ten turns), VCS one per Δ turns.
 
 - a GRPO group of 8 episodes of 50 turns, each turn a 1280x800 screenshot (real PIL
   images, random pixels cycled from a pool of ten: content changes no cost) and a sampled
@@ -24,7 +26,7 @@ synthetic trajectories:
   items exceed the paper's 40K max sequence length is n/a;
 - the language model's causal attention alone over each mode's items (forward and
   backward, every layer, each item one row): the part of a step that grows with the square
-  of an item's length, and so a floor under VCS's step time on this CPU;
+  of an item's length, which a 128-wide model feels far more than a 7B one;
 - what a micro-batch costs whatever its length and what a trained token adds, from small
   text-only steps of the same backend (best of three). The explanation of the step-wise /
   VCS ratio printed at the end is built from these figures.
@@ -402,7 +404,7 @@ def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: flo
         f"costs {ctx_s:.2f} ms in step-wise's items ({s['mean_tokens_per_item']:,.0f} tokens on "
         f"average) and {ctx_v:.2f} ms in VCS's ({v['mean_tokens_per_item']:,.0f}){longer}. "
         f"VCS's items hold {v['step_images']} screenshots against step-wise's "
-        f"{s['step_images']} (each window keeps the previous one's last Δ); each is loaded and "
+        f"{s['step_images']} (a screenshot is in every item whose window holds it); each is loaded and "
         f"encoded once per step ({encoded_v} against {encoded_s}), at {per_image:.2f} s each "
         f"for preprocessing and the vision tower: {image_v:.0f} s against {image_s:.0f} s. The "
         f"trained tokens are the same {s['step_trained_tokens']:,} in every mode and cost "

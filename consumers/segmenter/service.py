@@ -33,9 +33,10 @@ trajectories whose other half lies before the committed offset; the runner shows
 segmenter those older records (`remember`): anything before the committed offset belongs
 to a trajectory that was no longer held, that is, finished.
 
-Safety check: in `vcs` mode with the rollout's own window, each turn's re-rendered prompt
-must have the length the rollout worker recorded; a mismatch (a different tokenizer or
-window) dead-letters the trajectory with the reason instead of training on wrong tokens.
+Safety check: in `vcs` and `stepwise` modes with the rollout's own window, each turn's
+re-rendered prompt must have the length the rollout worker recorded; a mismatch (a
+different tokenizer or window) dead-letters the trajectory with the reason instead of
+training on wrong tokens.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ async def segments_of(
         segment_trajectory, system, steps[0].instruction, turns, processor, config.mode,
         config.k, config.delta,
     )  # fmt: skip
-    if config.mode == "vcs" and steps[0].context_window == [config.k, config.delta]:
+    if config.mode != "trajectory" and steps[0].context_window == [config.k, config.delta]:
         _check_prompts(complete.trajectory_id, segments, steps)
     sampled = all(len(s.response_logprobs) == len(s.response_ids) for s in steps)
     return [_event(complete, seg, turns, steps, len(segments), config, sampled) for seg in segments]

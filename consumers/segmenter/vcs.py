@@ -16,8 +16,11 @@ A trajectory becomes training items of bounded context. Three modes, for compari
   stream is driven by the policy's `HistoryRenderer` with `window=(K, Δ)` — the renderer
   the rollout worker generates with — so each segment is exactly a context the engine saw
   (when the rollout used the same window) and equals a fresh `render_history` of its turns.
-- `stepwise`: one item per turn, holding only that turn's observation (earlier ones are
-  notes), mask 1 on that turn's response.
+- `stepwise` (K, Δ): one item per turn, holding the prompt the windowed rollout was given
+  for that turn (K+1 to K+Δ observations after the first K+Δ turns) and
+  mask 1 on that turn's response. Each item is exactly a context the engine saw, as in
+  `vcs`, but the shared history is run through the model once per turn rather than once
+  per segment: the baseline VCS saves on (the paper's step-wise training).
 - `trajectory`: one item, every observation, mask 1 on every response.
 
 Text-only (accessibility-tree) trajectories segment the same way: an observation is the
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime.policy.processor import PolicyProcessor
-from runtime.policy.render import HistoryRenderer, Turn, render_history, render_response
+from runtime.policy.render import HistoryRenderer
 
 __all__ = ["MODES", "TurnRecord", "Segment", "segment_trajectory", "expected_segments"]
 
@@ -110,7 +113,7 @@ def segment_trajectory(
             raise ValueError(f"turn {i}: {len(turn.logprobs)} logprobs for "
                              f"{len(turn.response_ids)} response ids")  # fmt: skip
     if mode == "stepwise":
-        return _stepwise(system_prompt, instruction, turns, processor)
+        return _stepwise(system_prompt, instruction, turns, processor, (k, delta))
     window = (k, delta) if mode == "vcs" else None
     renderer = HistoryRenderer(system_prompt, instruction, processor, window=window)
     segments: list[Segment] = []
@@ -156,31 +159,36 @@ def segment_trajectory(
 
 
 def _stepwise(
-    system_prompt: str, instruction: str, turns: Sequence[TurnRecord], processor: PolicyProcessor
+    system_prompt: str,
+    instruction: str,
+    turns: Sequence[TurnRecord],
+    processor: PolicyProcessor,
+    window: tuple[int, int],
 ) -> list[Segment]:
-    """One item per turn: the history with only that turn's observation."""
+    """One item per turn: the prompt the windowed rollout was given for it, then its response."""
+    renderer = HistoryRenderer(system_prompt, instruction, processor, window=window)
     items = []
-    history: list[Turn] = []
     for t, turn in enumerate(turns):
-        prompt = render_history(
-            system_prompt, instruction, [*history, Turn(turn.screenshot, turn.observation)],
-            processor, omit_before=t,
-        )  # fmt: skip
-        piece = render_response(turn.response_ids, processor)
-        _, _, piece_logprobs = _response_part(piece.ids, piece.loss_mask, turn)
+        prompt = renderer.observe(turn.screenshot, turn.observation)
+        start = len(renderer.rendered.ids)
+        renderer.respond(turn.response_ids)
+        ids, mask, logprobs = _response_part(
+            renderer.rendered.ids[start:], renderer.rendered.loss_mask[start:], turn
+        )
         n = len(prompt.ids)
         items.append(
             Segment(
                 index=t,
-                ids=prompt.ids + piece.ids,
-                loss_mask=[0] * n + piece.loss_mask,
-                logprobs=[0.0] * n + piece_logprobs,
-                image_turns=[t] if turn.screenshot is not None else [],
+                ids=prompt.ids + ids,
+                loss_mask=[0] * n + mask,
+                logprobs=[0.0] * n + logprobs,
+                image_turns=[
+                    i for i in range(renderer.omit_before, t + 1) if turns[i].screenshot is not None
+                ],
                 last_turn=t,
-                omit_before=t,
+                omit_before=renderer.omit_before,
                 trained_turns=[t],
                 prompt_tokens=[n],
             )
         )
-        history.append(Turn(turn.screenshot, turn.observation, None, tuple(turn.response_ids)))
     return items

@@ -90,12 +90,13 @@ def test_invariants_hold_on_random_trajectories(
 
         for s in segments:
             assert len(s.ids) == len(s.loss_mask) == len(s.logprobs)
-            # Bounded context: at most K+Δ observations (vcs), one (stepwise).
+            # Bounded context: at most K+Δ observations (vcs and stepwise), and step-wise's
+            # items hold at least K of them once the trajectory has had K turns.
             held = s.last_turn + 1 - s.omit_before
-            if mode == "vcs":
+            if mode in ("vcs", "stepwise"):
                 assert held <= k + delta
-            elif mode == "stepwise":
-                assert held == 1
+            if mode == "stepwise":
+                assert held >= min(k, s.last_turn + 1)
             # The segment is a fresh rendering of the history it stands for, and equals the
             # whole text tokenised at once: no BPE drift at the diff boundaries.
             fresh = render_history(
@@ -120,10 +121,11 @@ def test_invariants_hold_on_random_trajectories(
             assert images_in == len(s.image_turns) and (images_in == 0 or image_token in s.ids)
 
 
+@pytest.mark.parametrize("mode", ["vcs", "stepwise"])
 def test_segments_are_the_contexts_the_windowed_rollout_renderer_produced(
-    processor: PolicyProcessor,
+    processor: PolicyProcessor, mode: str
 ) -> None:
-    """With the same window, each vcs segment's prompt part is what the engine was given."""
+    """With the same window, each item's prompt part for a turn is what the engine was given."""
     rng = random.Random(7)
     turns = _trajectory(rng, processor, images=True)
     while len(turns) < 20:
@@ -133,9 +135,10 @@ def test_segments_are_the_contexts_the_windowed_rollout_renderer_produced(
     for x in turns:
         prompts.append(renderer.observe(x.screenshot, x.observation).ids)
         renderer.respond(x.response_ids)
-    segments = segment_trajectory(SYSTEM, "task", turns, processor, "vcs", 5, 5)
+    segments = segment_trajectory(SYSTEM, "task", turns, processor, mode, 5, 5)
     for s in segments:
-        for t in s.trained_turns:
+        for t, length in zip(s.trained_turns, s.prompt_tokens, strict=True):
+            assert length == len(prompts[t])
             assert s.ids[: len(prompts[t])] == prompts[t], f"turn {t} in segment {s.index}"
 
 
@@ -152,6 +155,10 @@ def test_paper_settings_cut_a_fifty_turn_episode_into_nine_segments(
     assert len(segments) == 1 + (50 - 10) // 5 == 9
     assert [len(s.image_turns) for s in segments] == [10] + [10] * 8
     assert [len(s.trained_turns) for s in segments] == [10] + [5] * 8
+    # Step-wise trains each turn on its own windowed context: 50 items, 370 screenshots.
+    items = segment_trajectory(SYSTEM, "task", turns, processor, "stepwise", 5, 5)
+    assert [len(s.image_turns) for s in items] == list(range(1, 11)) + [6, 7, 8, 9, 10] * 8
+    assert [s.trained_turns for s in items] == [[t] for t in range(50)]
     with pytest.raises(ValueError, match="logprobs"):
         bad = [TurnRecord(None, "o", [1, 2], [-0.1])]
         segment_trajectory(SYSTEM, "task", bad, processor)

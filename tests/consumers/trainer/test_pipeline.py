@@ -1,11 +1,14 @@
 """Rollouts sampled by the real engine, cut by the real segmenter (Visual Context
-Segmentation), trained by the trainer: the first step's importance ratio is exactly 1, so the
-segment contract (ids, mask, logprobs, image refs and sizes, sampling settings) holds."""
+Segmentation, and step-wise items), trained by the trainer: the first step's importance ratio
+is exactly 1, so the segment contract (ids, mask, logprobs, image refs and sizes, sampling
+settings) holds and every item is a context the engine sampled under."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+
+import pytest
 
 from consumers.rollout.observation import fit_image
 from consumers.segmenter.service import Segmenter, SegmenterConfig
@@ -58,9 +61,11 @@ async def _episode(engine: TransformersEngine, policy: Policy, blobs: BlobStore,
     return events
 
 
+@pytest.mark.parametrize(("mode", "items"), [("vcs", 2), ("stepwise", TURNS)])
 async def test_engine_segmenter_trainer_agree_on_every_logprob(
-    bus_settings: BusSettings, tiny: Policy, blobs: BlobStore, tmp_path: Path
-) -> None:
+    bus_settings: BusSettings, tiny: Policy, blobs: BlobStore, tmp_path: Path, mode: str,
+    items: int,
+) -> None:  # fmt: skip
     engine = TransformersEngine(tiny)
     try:
         events = [e for i in range(2) for e in await _episode(engine, tiny, blobs, i, 11 + i)]
@@ -69,7 +74,8 @@ async def test_engine_segmenter_trainer_agree_on_every_logprob(
     async with EventProducer(bus_settings) as producer:
         await producer.wait_acks([await producer.send(t, e) for t, e in events])
     segmenter = ServiceRunner(
-        Segmenter(SegmenterConfig(k=K, delta=DELTA), tiny.processor, blobs), bus_settings
+        Segmenter(SegmenterConfig(mode=mode, k=K, delta=DELTA), tiny.processor, blobs),
+        bus_settings,
     )
     config = TrainerConfig(checkpoints=str(tmp_path / "ckpt"), batch_groups=1, max_steps=1)
     async with trainer_service(bus_settings, config, blobs=blobs) as trainer:
@@ -85,7 +91,7 @@ async def test_engine_segmenter_trainer_agree_on_every_logprob(
             trainer.stop()
             await asyncio.wait_for(asyncio.gather(*tasks), 60)
     metrics = update.metrics
-    assert metrics["segments"] == 4 and metrics["tokens"] == 2 * TURNS * 4 - _short(events)
+    assert metrics["segments"] == 2 * items and metrics["tokens"] == 2 * TURNS * 4 - _short(events)
     assert metrics["logp_diff_abs_max"] < 1e-4  # the trainer recomputes the engine's logprobs
     assert metrics["clip_frac"] == 0.0 and abs(metrics["ratio_mean"] - 1) < 1e-4
 
