@@ -9,6 +9,9 @@ Layout under the root (a local folder, `file://...`, or `s3://bucket/prefix`):
                               complete exactly when this file exists)
     state/v000001/optimizer.pt      what resuming needs beyond the weights (the newest few)
 
+Older versions can be pruned as new ones are written (`keep_models`, default all): a version
+is dropped metadata first, so a reader never takes a half-removed folder for a version.
+
 Locally a version is written into a hidden temporary folder beside the root and renamed
 into place (atomic), after its files are fsynced; remotely the files are uploaded first and
 the metadata last. A reader therefore never sees a half-written version.
@@ -147,8 +150,13 @@ class CheckpointStore:
         save_state: Callable[[Path], None] | None,
         metadata: dict[str, Any],
         keep_states: int = 2,
+        keep_models: int = 0,
     ) -> str:
-        """Write a version (state first, model files, metadata last); return its URI."""
+        """Write a version (state first, model files, metadata last); return its URI.
+
+        Afterwards only the newest `keep_states` resume states are kept and, unless
+        `keep_models` is 0, only the newest `keep_models` versions.
+        """
         name = self.name(version)
         scratch = None if self.remote else self.path
         try:
@@ -165,6 +173,8 @@ class CheckpointStore:
                     self._install_local(state_dir, self.path / "state" / name)
                     self._install_local(model_dir, self.path / name)
             self._prune_states(version, keep_states)
+            if keep_models > 0:
+                self._prune_models(version, keep_models)
         except StorageError:
             raise
         except OSError as exc:
@@ -205,6 +215,22 @@ class CheckpointStore:
                 self.fs.rm(f"{self.base}/{target}", recursive=True)
             else:
                 shutil.rmtree(self.path / target, ignore_errors=True)
+
+    def _prune_models(self, version: int, keep: int) -> None:
+        """Drop every version older than the newest `keep` (its metadata first)."""
+        for v in self.versions():
+            if v > version - keep:
+                continue
+            name = self.name(v)
+            if self.remote:
+                self.fs.rm(f"{self.base}/{name}/{METADATA}")
+                self.fs.rm(f"{self.base}/{name}", recursive=True)
+                if self.fs.exists(f"{self.base}/state/{name}"):
+                    self.fs.rm(f"{self.base}/state/{name}", recursive=True)
+            else:
+                (self.path / name / METADATA).unlink(missing_ok=True)
+                shutil.rmtree(self.path / name, ignore_errors=True)
+                shutil.rmtree(self.path / "state" / name, ignore_errors=True)
 
     def _state_versions(self) -> list[int]:
         try:

@@ -122,7 +122,10 @@ class TrainerConfig:
     group_timeout_s: float | None = 900.0
     max_steps: int | None = None  # stop after this many steps (None: run until stopped)
     keep_states: int = 2  # optimizer states kept (newest versions; 0: none written, a restart
-    # resumes the weights with a fresh optimizer); weights are all kept
+    # resumes the weights with a fresh optimizer)
+    # Model versions kept, the newest (0: all). At least 2: a version is written before it is
+    # announced, and a restart resumes from the last announced one.
+    keep_checkpoints: int = 0
     max_held_tokens: int = 50_000_000  # pause reading above this while a step can free memory
     group_id: str = "trainer"  # consumer group (one trainer per group)
     plan: PlanConfig = field(default_factory=PlanConfig)
@@ -192,6 +195,11 @@ class Trainer:
             raise ConfigError(f"unknown objective {config.plan.objective!r}: grpo or sft")
         if config.plan.staleness not in ("drop", "downweight"):
             raise ConfigError(f"unknown staleness rule {config.plan.staleness!r}")
+        if config.keep_checkpoints == 1 or config.keep_checkpoints < 0:
+            raise ConfigError(
+                f"keep_checkpoints = {config.keep_checkpoints}: keep 0 (all) or at least 2 "
+                "(a restart resumes from the last announced version while the next is written)"
+            )
         self.config = config
         self.name = config.group_id
         self.backend = backend
@@ -517,7 +525,7 @@ class Trainer:
         uri = self.store.write(
             job.version, self.backend.save,
             self.backend.save_state if self.config.keep_states > 0 else None, metadata,
-            self.config.keep_states,
+            self.config.keep_states, self.config.keep_checkpoints,
         )  # fmt: skip
         job.metrics["checkpoint_s"] = time.monotonic() - started
         return uri

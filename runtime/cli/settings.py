@@ -56,6 +56,7 @@ __all__ = [
     "load_config",
     "apply_config",
     "command_defaults",
+    "configured",
     "render_toml",
     "register",
 ]
@@ -473,6 +474,12 @@ def command_defaults(parser: argparse.ArgumentParser, command: str) -> argparse.
     ns = argparse.Namespace(**{dest: a.default for dest, a in _settings(sub).items()})
     _check_rules(command, sub, ns)
     return ns
+
+
+def configured(parser: argparse.ArgumentParser, command: str, key: str) -> bool:
+    """Whether a command's setting was given a value (file, environment), not left at its default."""
+    setting = _settings(_commands(parser)[command])[key].type
+    return isinstance(setting, _Setting) and setting.source != "by default"
 
 
 def render_toml(parser: argparse.ArgumentParser, commands: list[str] | None = None) -> str:

@@ -75,6 +75,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=integer(1), default=None, help="stop after this many steps")
     p.add_argument("--keep-states", type=integer(0), default=2, help="optimizer states kept")
     p.add_argument(
+        "--keep-checkpoints", type=integer(0), default=0,
+        help="model versions kept, the newest (0: all; at least 2: a restart resumes from the "
+        "last announced one while the next is written)",
+    )  # fmt: skip
+    require(p, ("keep_checkpoints",), lambda keep: keep != 1,
+            "keep 0 checkpoints (all) or at least 2: a restart resumes from the last announced "
+            "version while the next is written")  # fmt: skip
+    p.add_argument(
         "--dtype",
         default="float32",
         choices=("float32", "bfloat16", "float16"),
@@ -128,6 +136,7 @@ def trainer_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
         group_timeout_s=args.group_timeout or None,
         max_steps=args.max_steps,
         keep_states=args.keep_states,
+        keep_checkpoints=args.keep_checkpoints,
         group_id=args.group,
         plan=PlanConfig(
             objective=args.objective,

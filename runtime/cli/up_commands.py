@@ -25,14 +25,14 @@ _PROFILES: dict[str, dict] = {
                "warm_episodes": 8, "warm_lr": 5e-5, "pool": 4,
                "families": ["rename_file", "delete_file", "append_line", "count_lines"]},
         "rollout": {"observe": "compact", "prompt": "compact", "temperature": 1.0},
-        "train": {"lr": 2e-5, "kl_coef": 0.0},
+        "train": {"lr": 2e-5, "kl_coef": 0.0, "keep_checkpoints": 3},
     },
     "tiny": {
         "up": {"iterations": 3, "desktops": 2, "batch": 2, "n": 4, "max_steps": 5,
                "max_tokens": 48, "image_max_side": 448, "in_flight": 1, "warm_steps": 0,
                "warm_episodes": 8, "warm_lr": 5e-5, "pool": 24, "families": None},
         "rollout": {},
-        "train": {},
+        "train": {"keep_checkpoints": 3},
     },
 }  # fmt: skip
 
@@ -134,19 +134,17 @@ def fill_profile(args: argparse.Namespace) -> dict:
 
 def service_settings(args: argparse.Namespace) -> dict[str, argparse.Namespace]:
     """Each service's effective settings (config file, environment), sized by `up`'s options."""
-    from runtime.cli import build_parser
-    from runtime.cli.settings import apply_config, command_defaults, config_path, load_config
+    from runtime.cli import build_parser, settings
 
     profile = fill_profile(args)
-    builtin = build_parser()
     parser = build_parser()
-    apply_config(parser, load_config(config_path(getattr(args, "config", None)), parser))
+    path = settings.config_path(getattr(args, "config", None))
+    settings.apply_config(parser, settings.load_config(path, parser))
     commands = ("rollout", "judge", "segment", "sample", "train")
-    svc = {c: command_defaults(parser, c) for c in commands}
-    plain = {c: command_defaults(builtin, c) for c in commands}
+    svc = {c: settings.command_defaults(parser, c) for c in commands}
     for command in ("rollout", "train"):  # the profile where the file and environment are silent
         for key, value in profile[command].items():
-            if getattr(svc[command], key) == getattr(plain[command], key):
+            if not settings.configured(parser, command, key):
                 setattr(svc[command], key, value)
     svc["rollout"].policy = _policy_folder(args.policy, svc["rollout"])
     svc["rollout"].desktops = args.desktops

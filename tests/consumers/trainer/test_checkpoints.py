@@ -43,6 +43,20 @@ def test_local_versions_appear_whole_and_old_states_go(tmp_path: Path) -> None:
     assert not (tmp_path / "ckpt" / ".v000004-abc").exists()
 
 
+def test_only_the_newest_versions_are_kept_when_asked(tmp_path: Path) -> None:
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+    for version in range(1, 6):
+        store.write(version, _files({"config.json": f"{version}"}), _files({"optimizer.pt": "x"}),
+                    {"step": version}, keep_states=1, keep_models=3)  # fmt: skip
+    assert store.versions() == [3, 4, 5]
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == [
+        "state", "v000003", "v000004", "v000005"
+    ]  # fmt: skip
+    assert [p.name for p in (tmp_path / "ckpt" / "state").iterdir()] == ["v000005"]
+    store.write(6, _files({"config.json": "6"}), None, {"step": 6})  # keep_models=0: all
+    assert store.versions() == [3, 4, 5, 6]
+
+
 def test_a_failed_save_leaves_no_version(tmp_path: Path) -> None:
     store = CheckpointStore(str(tmp_path / "ckpt"))
 
@@ -82,3 +96,8 @@ async def test_s3_checkpoints_resume_and_load_into_the_rollout_engine(
     engine = TransformersEngine(load_policy("tiny"))
     await engine.load_weights(uri, 1)
     assert engine.policy_version == 1
+    # Keeping the newest two drops version 1 and its state from the bucket.
+    store.write(3, _files({"config.json": "{}"}), None, {"step": 3}, keep_models=2)
+    assert store.versions() == [2, 3]
+    with store.local_state(1) as gone:
+        assert gone is None

@@ -19,6 +19,7 @@ from consumers.trainer.service import Trainer, TrainerConfig, trainer_service
 from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
+from runtime.errors import ConfigError
 from runtime.policy.model import Policy, load_policy
 from tests.bus_reading import committed, read_until
 from tests.consumers.trainer.harness import make_group, make_rollout, publish
@@ -209,3 +210,10 @@ async def test_a_corrupt_screenshot_turns_its_rollout_into_an_environment_failur
     assert stats["rollouts_missing_images"] == 1 and stats["groups_trained"] == 1
     meta = CheckpointStore(config.checkpoints).latest().metadata
     assert rollouts[1].trajectory_id not in meta["trajectories"] and len(meta["trajectories"]) == 2
+
+
+def test_keeping_a_single_checkpoint_is_refused(blobs: BlobStore, tmp_path: Path) -> None:
+    """A restart resumes from the last announced version while the next is being written."""
+    config = TrainerConfig(checkpoints=str(tmp_path / "ckpt"), keep_checkpoints=1)
+    with pytest.raises(ConfigError, match="keep_checkpoints = 1"):
+        Trainer(config, make_backend("torch"), blobs, CheckpointStore(config.checkpoints))

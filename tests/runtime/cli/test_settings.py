@@ -65,3 +65,22 @@ def test_up_sizes_the_trainers_process_group_from_train_or_its_flag(tmp_path: Pa
     assert service_settings(file_args)["train"].nproc == 2  # [train] nproc
     flag_args = parser.parse_args(["--config", str(path), "up", "--trainer-nproc", "3"])
     assert service_settings(flag_args)["train"].nproc == 3  # the flag wins
+
+
+def test_ups_profile_fills_only_what_the_file_left_unset(tmp_path: Path) -> None:
+    """A file's value wins over up's profile even when it equals the command's own default."""
+    from runtime.cli.up_commands import service_settings
+
+    parser = build_parser()
+    train = service_settings(parser.parse_args(["up"]))["train"]
+    assert train.keep_checkpoints == 3 and train.lr == 2e-5  # smollm2's profile
+    path = tmp_path / "scalecua.toml"
+    path.write_text("[train]\nkeep_checkpoints = 0\nlr = 3e-6\n")  # `train`'s own defaults
+    train = service_settings(parser.parse_args(["--config", str(path), "up"]))["train"]
+    assert train.keep_checkpoints == 0 and train.lr == 3e-6
+
+
+def test_one_kept_checkpoint_is_refused(tmp_path: Path) -> None:
+    res = subprocess.run([*SCALECUA, "train", "--keep-checkpoints", "1"],
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert res.returncode == 2 and "keep_checkpoints = 1" in res.stderr, res.stderr
