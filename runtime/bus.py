@@ -68,6 +68,23 @@ class _MetadataRequestNoAutoCreate(MetadataRequest):
 aiokafka.client.MetadataRequest = _MetadataRequestNoAutoCreate
 
 
+class _MissingTopicIsNoError(logging.Filter):
+    """Drops aiokafka's ERROR for a topic missing from a metadata answer, unless debugging."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Keep every record but the missing-topic one (kept at DEBUG when that is enabled)."""
+        if record.msg != "Topic %s not found in cluster metadata":
+            return True
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+# Clients wait for missing topics instead of creating them, and refresh metadata every few
+# seconds while they wait: aiokafka would log an ERROR on each refresh. A runner waiting
+# for an assignment names the missing topics itself, at WARNING, every 30 s.
+logging.getLogger("aiokafka.cluster").addFilter(_MissingTopicIsNoError())
+
+
 @dataclass(frozen=True)
 class Record:
     """One consumed record, with its decoded event or the reason it did not decode."""

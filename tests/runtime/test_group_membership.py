@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 
+import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
@@ -138,11 +140,14 @@ async def test_the_embedded_broker_ignores_a_rejoin_whose_metadata_is_unchanged(
 
 
 async def test_a_member_that_joined_before_its_topic_existed_gets_its_partitions(
-    bare_broker: EmbeddedBroker,
+    bare_broker: EmbeddedBroker, caplog: pytest.LogCaptureFixture
 ) -> None:
-    settings = BusSettings(bootstrap=bare_broker.bootstrap)
-    consumer = await _member_before_its_topic(settings, "ours", naming_partitions=True)
+    settings = BusSettings(bootstrap=bare_broker.bootstrap, metadata_max_age_ms=500)
+    with caplog.at_level(logging.INFO, logger="aiokafka"):
+        consumer = await _member_before_its_topic(settings, "ours", naming_partitions=True)
+        await asyncio.sleep(2)  # a few metadata refreshes that miss the topic
     assert await _topics(bare_broker.bootstrap) == []  # joining created nothing
+    assert not [r for r in caplog.records if "not found in cluster metadata" in r.getMessage()]
     await create_topics(bare_broker.bootstrap, ["reward"])
     assert await _assigned_within(consumer, 30)
     assert len(consumer.raw.assignment()) == topic("reward").partitions
