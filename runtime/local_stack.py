@@ -115,6 +115,9 @@ class _Progress:
         self.played = 0  # trajectories completed
         self.trajectories_by_version: dict[int, int] = defaultdict(int)
         self.last_uri: str | None = None
+        self.last_version = 0  # the newest policy version read (and shown)
+        self._wanted = float("inf")  # shown() waits for this version
+        self._shown = asyncio.Event()
         self._last_at = self.started
         self.warm_steps = 0  # versions up to this one are the warm start's SFT steps (planned,
         # then as taken: the RL trainer's first version follows the last one taken)
@@ -139,11 +142,21 @@ class _Progress:
                         self.played += 1
                     elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
                         self._iteration(event)
+                        self.last_version = max(self.last_version, event.policy_version)
+                        if self.last_version >= self._wanted:
+                            self._shown.set()
                 _console.counts(played=self.played, scored=len(self.rewards))
 
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self.started)
         return f"{seconds // 60}m{seconds % 60:02d}s"
+
+    async def shown(self, version: int, timeout_s: float = 15.0) -> None:
+        """Wait until `version`'s update has been read and shown, or `timeout_s` seconds."""
+        self._wanted = version
+        if self.last_version < version:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shown.wait(), timeout_s)
 
     def _iteration(self, update: Any) -> None:
         if any(r["policy_version"] == update.policy_version for r in self.rows):
@@ -371,6 +384,9 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
 
             _console.phase("RL", f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
             outcome = await _wait(tasks, stop)
+            if outcome == "done":  # the last iteration's line first: it reads the update back
+                await progress.shown(trainer_runner.processor.version)
+                _say("the trainer took its last step: stopping every service")
             # Stop in order: producers of work first, the archiver last. After the trainer's
             # last step, the judge, the segmenter and the archiver first finish what the
             # stages before them wrote, so the archive holds a reward and segments for every
@@ -508,7 +524,6 @@ async def _wait(tasks: dict[str, asyncio.Task], stop: asyncio.Event) -> str:
     for name, task in tasks.items():
         if task in done:
             if name == "trainer" and task.exception() is None:
-                _say("the trainer took its last step: stopping every service")
                 return "done"
             error = task.exception() if not task.cancelled() else None
             _say(f"the {name} service stopped unexpectedly: {error!r}")

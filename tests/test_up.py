@@ -71,8 +71,10 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     assert watcher is not None, log[-4000:]
     await watcher  # the page showed the loop live, without script errors
     assert int(seen["version"]) >= 1 and seen["tasks_rows"] >= 1 and not seen["errors"], seen
-    iterations = [line for line in stderr if "] iteration " in line]
+    iterations = [i for i, line in enumerate(stderr) if "] iteration " in line]
     assert len(iterations) == 3, log[-4000:]
+    last_step = [i for i, line in enumerate(stderr) if "took its last step" in line]
+    assert last_step and last_step[0] > iterations[-1], log[-4000:]  # the story in order
     assert "did not finish its backlog" not in log, log[-4000:]
 
     summary = json.loads(out.strip().splitlines()[-1])
