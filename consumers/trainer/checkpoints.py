@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -35,6 +36,8 @@ from runtime.errors import StorageError
 from runtime.policy.checkpoint import CHECKPOINT_METADATA
 
 __all__ = ["METADATA", "Checkpoint", "CheckpointStore", "default_checkpoint_root"]
+
+log = logging.getLogger(__name__)
 
 METADATA = CHECKPOINT_METADATA  # its name is shared with every reader (rollout workers)
 _VERSION = re.compile(r"v(\d{6,})")
@@ -172,13 +175,17 @@ class CheckpointStore:
                 else:
                     self._install_local(state_dir, self.path / "state" / name)
                     self._install_local(model_dir, self.path / name)
-            self._prune_states(version, keep_states)
-            if keep_models > 0:
-                self._prune_models(version, keep_models)
         except StorageError:
             raise
         except OSError as exc:
             raise StorageError(f"writing checkpoint {self.uri(version)} failed: {exc}") from exc
+        try:  # the version is written: failing to drop older ones must not undo that
+            self._prune_states(version, keep_states)
+            if keep_models > 0:
+                self._prune_models(version, keep_models)
+        except (OSError, StorageError) as exc:
+            log.warning("checkpoint %s written, but pruning older versions failed: %s",
+                        self.uri(version), exc)  # fmt: skip
         return self.uri(version)
 
     def _install_local(self, source: Path, target: Path) -> None:

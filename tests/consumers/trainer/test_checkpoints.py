@@ -57,6 +57,21 @@ def test_only_the_newest_versions_are_kept_when_asked(tmp_path: Path) -> None:
     assert store.versions() == [3, 4, 5, 6]
 
 
+def test_a_failed_prune_keeps_the_version_just_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = CheckpointStore(str(tmp_path / "ckpt"))
+
+    def broken(version: int, keep: int) -> None:
+        raise OSError("bucket is read-only for deletes")
+
+    monkeypatch.setattr(store, "_prune_models", broken)
+    for version in (1, 2, 3):
+        uri = store.write(version, _files({"config.json": "{}"}), None, {}, keep_models=2)
+        assert uri.endswith(f"v{version:06d}")
+    assert store.versions() == [1, 2, 3]  # nothing dropped, nothing lost
+
+
 def test_a_failed_save_leaves_no_version(tmp_path: Path) -> None:
     store = CheckpointStore(str(tmp_path / "ckpt"))
 

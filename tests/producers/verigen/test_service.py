@@ -94,10 +94,19 @@ def test_run_publishes_accepted_tasks_that_task_run_plays_and_scores(
         path.write_text(json.dumps(event.task))
         actions = out / f"{event.task_id}.solution.json"
         assert json.loads(actions.read_text()) == event.task["solution"]
-        played = subprocess.run([*SCALECUA, "task", "run", str(path), "--actions", str(actions)],
-                                capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert played.returncode == 0, played.stderr[-2000:]
-        assert json.loads(played.stdout)["score"] == 1.0, played.stderr[-2000:]
+        # The solution types into a terminal it opened a fixed wait earlier, with no look at
+        # the screen: on a loaded machine xterm can map after the keys were sent (1 replay in
+        # ~5 full suites scored 0). A replay is a fresh episode on a fresh desktop, so a
+        # second one tells a slow terminal from a task that does not play.
+        for _ in range(2):
+            played = subprocess.run(
+                [*SCALECUA, "task", "run", str(path), "--actions", str(actions)],
+                capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            assert played.returncode == 0, played.stderr[-2000:]
+            if json.loads(played.stdout)["score"] == 1.0:
+                break
+        assert json.loads(played.stdout)["score"] == 1.0, played.stdout[-2000:]
     untouched = subprocess.run([*SCALECUA, "task", "run", str(path)], capture_output=True,
                                text=True, timeout=300)  # fmt: skip
     assert json.loads(untouched.stdout)["score"] == 0.0
