@@ -85,15 +85,15 @@ def expected_segments(turns: int, mode: str, k: int = 5, delta: int = 5) -> int:
     return 1 + math.ceil(max(0, turns - k - delta) / delta)
 
 
-def _response_part(
-    rendered_ids: list[int], rendered_mask: list[int], turn: TurnRecord
+def _respond(
+    renderer: HistoryRenderer, turn: TurnRecord
 ) -> tuple[list[int], list[int], list[float]]:
-    """The ids the renderer appended for a response, with mask and logprobs aligned."""
-    logprobs: list[float] = []
+    """Append a turn's response; return the ids appended, their mask and aligned logprobs."""
+    start = len(renderer.rendered.ids)
+    renderer.respond(turn.response_ids)
+    ids, mask = renderer.rendered.ids[start:], renderer.rendered.loss_mask[start:]
     sampled = iter(turn.logprobs)
-    for m in rendered_mask:
-        logprobs.append(next(sampled, 0.0) if m else 0.0)
-    return rendered_ids, rendered_mask, logprobs
+    return ids, mask, [next(sampled, 0.0) if m else 0.0 for m in mask]
 
 
 def segment_trajectory(
@@ -142,11 +142,7 @@ def segment_trajectory(
             current.logprobs += [0.0] * len(diff)
         if turn.screenshot is not None:
             current.image_turns.append(t)
-        start = len(renderer.rendered.ids)
-        renderer.respond(turn.response_ids)
-        ids, mask, logprobs = _response_part(
-            renderer.rendered.ids[start:], renderer.rendered.loss_mask[start:], turn
-        )
+        ids, mask, logprobs = _respond(renderer, turn)
         current.ids += ids
         current.loss_mask += mask
         current.logprobs += logprobs
@@ -170,11 +166,7 @@ def _stepwise(
     items = []
     for t, turn in enumerate(turns):
         prompt = renderer.observe(turn.screenshot, turn.observation)
-        start = len(renderer.rendered.ids)
-        renderer.respond(turn.response_ids)
-        ids, mask, logprobs = _response_part(
-            renderer.rendered.ids[start:], renderer.rendered.loss_mask[start:], turn
-        )
+        ids, mask, logprobs = _respond(renderer, turn)
         n = len(prompt.ids)
         items.append(
             Segment(
