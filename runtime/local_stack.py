@@ -115,7 +115,6 @@ class _Progress:
         self.played = 0  # trajectories completed
         self.trajectories_by_version: dict[int, int] = defaultdict(int)
         self.last_uri: str | None = None
-        self.last_version = 0  # the newest policy version read (and shown)
         self._wanted = float("inf")  # shown() waits for this version
         self._shown = asyncio.Event()
         self._last_at = self.started
@@ -142,7 +141,6 @@ class _Progress:
                         self.played += 1
                     elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
                         self._iteration(event)
-                        self.last_version = max(self.last_version, event.policy_version)
                         if self.last_version >= self._wanted:
                             self._shown.set()
                 _console.counts(played=self.played, scored=len(self.rewards))
@@ -150,6 +148,11 @@ class _Progress:
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self.started)
         return f"{seconds // 60}m{seconds % 60:02d}s"
+
+    @property
+    def last_version(self) -> int:
+        """The newest policy version read and shown (warm start or RL)."""
+        return max((r["policy_version"] for r in [*self.warm_rows, *self.rows]), default=0)
 
     async def shown(self, version: int, timeout_s: float = 15.0) -> None:
         """Wait until `version`'s update has been read and shown, or `timeout_s` seconds."""
