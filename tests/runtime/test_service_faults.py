@@ -283,8 +283,6 @@ class SlowToTakeOver(CountSteps):
     installs the assignment and fetches before the listener has finished, so a batch is in
     hand before the runner has positioned the partitions."""
 
-    name = "count-steps"
-
     def low_watermark(self, tp: object) -> int | None:
         return None
 
