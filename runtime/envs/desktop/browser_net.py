@@ -1,98 +1,71 @@
-"""The browser's own network: a network namespace per desktop, one way out, and a relay for
-the Chrome DevTools Protocol (CDP).
+"""The browser's way out of a desktop, and a relay for the Chrome DevTools Protocol (CDP).
 
-OSWorld's tasks start Chrome with `--remote-debugging-port=1337` and forward port 9222 to
-it with socat. Desktops share the host's network, so two desktops would fight over those
-fixed ports, and a program in one desktop could drive another desktop's browser (CDP has
-no authentication). So each desktop's server creates a network namespace for its browser
-at start (`BrowserNetwork.create`) and holds it open by a file descriptor; the
-`google-chrome` and `socat` wrappers (chrome.py) enter it. In there:
+The browser runs in the desktop's own network (namespaces.py: only a loopback), as every
+app of the desktop does, so on 127.0.0.1 it meets what the desktop serves (a page a
+terminal serves, its own debugging ports 1337 and 9222), as on OSWorld's VM, and nothing
+else. Its one way out is a SOCKS5 gateway that the server serves on 127.0.0.1:1080 in that
+network (the browser is started with `--proxy-server` on it; chrome.py). A program the
+agent runs may use the gateway too: it is a way out for the whole desktop, and what it
+lets through is the policy below, applied to every connection by the address it goes to:
 
-- 127.0.0.1:1337 and :9222 are this desktop's alone; nothing outside the namespace,
-  the host included, can connect to them.
-- The only way out is a SOCKS5 gateway that the server serves on 127.0.0.1:1080 inside the
-  namespace (the browser is started with `--proxy-server` on it, loopback included). It
-  connects from the server, in the desktop's own network, after applying the host map and
-  the policy below. Chrome resolves no name itself: the gateway gets the host names.
-- The host reaches the debugging port only through the server: `GET
-  /scalecua/chrome/{port}/json/...` and the WebSocket `/scalecua/chrome/{port}/devtools/...`
-  are relayed to 127.0.0.1:{port} inside the namespace (runtime.envs.desktop.cdp is the
-  client).
+- a host the operator mapped (`SCALECUA_BROWSER_HOSTS`) goes to its mapped address, even on
+  this machine (a mirror, a test's site): the map is the operator's list of what desktops
+  may reach here;
+- with `SCALECUA_BROWSER_NETWORK=web`, any other host goes out only if it is the outside:
+  its name is resolved here and every address it resolves to must be public
+  (runtime.addresses.is_public: not loopback, private, link-local, multicast, reserved, an
+  address of this host, nor any IPv6 form of one); the connection goes to the address
+  checked, never to the name again;
+- everything else is refused; with the default `local`, no name is looked up and no
+  connection leaves this machine but to mapped hosts.
+
+The gateway's connections leave from the server, in the host's network; no program of the
+desktop can reach the host's loopback through it (the broker, the dashboard, another
+desktop's server), nor connect to the host at all by any other path.
+
+The host reaches the debugging port only through the server: `GET
+/scalecua/chrome/{port}/json/...` and the WebSocket `/scalecua/chrome/{port}/devtools/...`
+are relayed to 127.0.0.1:{port} inside the desktop's network (runtime.envs.desktop.cdp is
+the client).
 
 Settings, read from the environment when the desktop starts:
 
-- `SCALECUA_BROWSER_NETWORK`: `local` (default) lets the browser reach loopback addresses
-  (the host's 127.0.0.1, where a test, a mirror or a program in the desktop serves) and
-  mapped hosts only, and looks no name up; `web` lets it reach anything the desktop can
-  (the live web on a connected machine).
+- `SCALECUA_BROWSER_NETWORK`: `local` (default) or `web` (the live web, on a connected machine).
 - `SCALECUA_BROWSER_HOSTS`: `HOST[:PORT]=ADDR:PORT` entries separated by commas or
   spaces; `*` matches any host. `*:443=127.0.0.1:8443` sends every https connection to a
-  local server. A mapped destination is always allowed.
-
-Sockets belong to the namespace they were created in, whichever thread later uses them:
-so the server creates sockets inside the namespace from short-lived threads that enter it
-and end, and serves them from its event loop, which never leaves the desktop's network.
-Where namespaces cannot be made, the browser shares the desktop's network (logged).
+  local server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import fcntl
 import ipaddress
 import logging
 import os
 import socket
 import struct
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from runtime.addresses import host_addresses, is_public, parse_address
+
 log = logging.getLogger(__name__)
 
-__all__ = ["GATEWAY_PORT", "BrowserNetwork", "HostMap", "add_relay_routes"]
+__all__ = ["GATEWAY_PORT", "BrowserGateway", "HostMap", "add_relay_routes"]
 
-GATEWAY_PORT = 1080  # the SOCKS5 gateway, on 127.0.0.1 inside the browser's namespace
+GATEWAY_PORT = 1080  # the SOCKS5 gateway, on 127.0.0.1 in the desktop's network
 NETWORK_ENV = "SCALECUA_BROWSER_NETWORK"
 HOSTS_ENV = "SCALECUA_BROWSER_HOSTS"
 POLICIES = ("local", "web")
-_CLONE_NEWNET = 0x40000000
-_SIOCSIFFLAGS = 0x8914
-_IFF_UP, _IFF_LOOPBACK, _IFF_RUNNING = 0x1, 0x8, 0x40
 _CHUNK = 1 << 16
 HANDSHAKE_TIMEOUT = 10.0  # seconds for a client to say where it wants to go
-_libc = ctypes.CDLL(None, use_errno=True)
-T = TypeVar("T")
-
-
-def _in_thread(fn: Callable[[], T]) -> T:
-    """Run fn on a fresh thread that ends afterwards (it may leave this thread's namespace)."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the caller
-            box["error"] = exc
-
-    thread = threading.Thread(target=run, name="browser-netns", daemon=True)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+CONNECT_TIMEOUT = 30.0
+SocketFactory = Callable[[int, int, int], socket.socket]
 
 
 @dataclass(frozen=True)
@@ -130,24 +103,12 @@ class HostMap:
         return None
 
 
-def is_loopback(host: str) -> bool:
-    """Whether host names this machine's loopback (an address, or `localhost`)."""
-    if host.lower() in ("localhost", "localhost.") or host.lower().endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+class BrowserGateway:
+    """The desktop's SOCKS5 gateway out: serves a listening socket, applies the policy."""
 
-
-class BrowserNetwork:
-    """The browser's network namespace of one desktop, with its gateway and its relay."""
-
-    def __init__(self, netns_fd: int | None, gateway: socket.socket | None) -> None:
-        self._fd = netns_fd
-        self._gateway_sock = gateway
+    def __init__(self, listener: socket.socket | None) -> None:
+        self._listener = listener
         self._server: asyncio.AbstractServer | None = None
-        self._session: aiohttp.ClientSession | None = None
         self.policy = os.environ.get(NETWORK_ENV, "local").strip().lower() or "local"
         if self.policy not in POLICIES:
             log.warning("%s=%r is not one of %s; using local", NETWORK_ENV, self.policy, POLICIES)
@@ -159,75 +120,46 @@ class BrowserNetwork:
             self.hosts = HostMap()
 
     @classmethod
-    def create(cls) -> BrowserNetwork:
-        """Make the namespace (loopback up, gateway socket listening); without one on failure."""
+    def listening(cls, make_socket: SocketFactory) -> BrowserGateway:
+        """A gateway listening on 127.0.0.1:GATEWAY_PORT of the socket factory's network."""
+        listener = make_socket(socket.AF_INET, socket.SOCK_STREAM, 0)
         try:
-            fd, gateway = _in_thread(_make_namespace)
-        except OSError as exc:
-            log.warning("no network namespace for the browser (%s): it shares the desktop's", exc)
-            return cls(None, None)
-        return cls(fd, gateway)
-
-    @property
-    def path(self) -> str | None:
-        """What `nsenter --net=` takes to enter the namespace (None: there is none)."""
-        return None if self._fd is None else f"/proc/{os.getpid()}/fd/{self._fd}"
-
-    def socket(
-        self, family: int = socket.AF_INET, kind: int = socket.SOCK_STREAM, proto: int = 0
-    ) -> socket.socket:
-        """A new socket inside the namespace (in the desktop's network if there is none)."""
-        if self._fd is None:
-            return socket.socket(family, kind, proto)
-        fd = self._fd
-
-        def make() -> socket.socket:
-            _check(_libc.setns(fd, _CLONE_NEWNET), "setns")
-            return socket.socket(family, kind, proto)
-
-        return _in_thread(make)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", GATEWAY_PORT))
+            listener.listen(128)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        return cls(listener)
 
     async def start(self) -> None:
         """Serve the gateway (call once, on the server's event loop)."""
-        if self._gateway_sock is not None:
-            self._server = await asyncio.start_server(self._handle, sock=self._gateway_sock)
+        if self._listener is not None:
+            self._server = await asyncio.start_server(self._handle, sock=self._listener)
 
     async def close(self) -> None:
-        """Stop the gateway and the relay's connections, and let the namespace go."""
+        """Stop the gateway; connections already open end with their clients."""
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        if self._session is not None:
-            await self._session.close()
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 
-    def client(self) -> aiohttp.ClientSession:
-        """An HTTP client whose connections are made inside the namespace."""
-        if self._session is None:
-
-            def factory(addr_info: Any) -> socket.socket:
-                family, kind, proto = addr_info[0], addr_info[1], addr_info[2]
-                return self.socket(family, kind, proto)
-
-            connector = aiohttp.TCPConnector(socket_factory=factory, force_close=True)
-            # A relayed DevTools WebSocket lives as long as its client keeps it open.
-            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-            self._session = aiohttp.ClientSession(connector=connector, timeout=timeout)
-        return self._session
-
-    # -- the SOCKS5 gateway (RFC 1928, CONNECT without authentication) ------------------------
-    def destination(self, host: str, port: int) -> tuple[str, int] | None:
-        """Where a browser connection to host:port goes, or None if the policy refuses it."""
+    # -- the policy --------------------------------------------------------------------------
+    async def destination(self, host: str, port: int) -> tuple[str, int] | None:
+        """The address a connection to host:port goes to, or None if the policy refuses it."""
         mapped = self.hosts.lookup(host, port)
         if mapped is not None:
             return mapped
-        if self.policy == "web" or is_loopback(host):
-            return host, port
-        return None
+        if self.policy != "web" or not 0 < port < 65536:
+            return None
+        addresses = await _resolve(host)
+        own = host_addresses()
+        if not addresses or not all(is_public(a, own) for a in addresses):
+            return None
+        return str(addresses[0]), port
 
+    # -- SOCKS5 (RFC 1928: CONNECT, no authentication) ---------------------------------------
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
@@ -265,7 +197,7 @@ class BrowserNetwork:
         if command != 1:
             writer.write(_reply(7))  # only CONNECT
             return None
-        target = self.destination(host, port)
+        target = await self.destination(host, port)
         if target is None:
             log.info("browser gateway: refused %s:%d (policy %s)", host, port, self.policy)
             writer.write(_reply(2))
@@ -274,9 +206,11 @@ class BrowserNetwork:
     async def _forward(
         self, target: tuple[str, int], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        """Connect to target from the desktop's network and copy both ways until both end."""
+        """Connect to target from the host's network and copy both ways until both end."""
         try:
-            up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection(*target), 30)
+            up_reader, up_writer = await asyncio.wait_for(
+                asyncio.open_connection(*target), CONNECT_TIMEOUT
+            )
         except (OSError, TimeoutError) as exc:
             writer.write(_reply(5 if isinstance(exc, ConnectionRefusedError) else 4))
             return
@@ -285,6 +219,19 @@ class BrowserNetwork:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
         finally:
             up_writer.close()
+
+
+async def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Every address `host` names (an address names itself); [] if it resolves to none."""
+    address = parse_address(host)
+    if address is not None:
+        return [address]
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return []
+    found = [parse_address(str(info[4][0])) for info in infos]
+    return [a for a in found if a is not None]
 
 
 def _reply(code: int) -> bytes:
@@ -302,34 +249,33 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         writer.close()
 
 
-def _make_namespace() -> tuple[int, socket.socket]:
-    """On a thread of its own: unshare the network, raise loopback, listen for the gateway."""
-    _check(_libc.unshare(_CLONE_NEWNET), "unshare(CLONE_NEWNET)")
-    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ctl:
-            flags = struct.pack("16sH", b"lo", _IFF_UP | _IFF_LOOPBACK | _IFF_RUNNING)
-            fcntl.ioctl(ctl, _SIOCSIFFLAGS, flags)
-        gateway = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        gateway.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        gateway.bind(("127.0.0.1", GATEWAY_PORT))
-        gateway.listen(128)
-        gateway.setblocking(False)
-    except OSError:
-        os.close(fd)
-        raise
-    return fd, gateway
-
-
 # -- the CDP relay, a route of the desktop server ----------------------------------------------
-def add_relay_routes(app: web.Application, network: BrowserNetwork) -> None:
-    """Add `/scalecua/chrome/{port}/json/...` and the `.../devtools/...` WebSocket to `app`."""
+def add_relay_routes(app: web.Application, make_socket: SocketFactory) -> None:
+    """Add `/scalecua/chrome/{port}/json/...` and the `.../devtools/...` WebSocket to `app`,
+    connecting with sockets from `make_socket` (inside the desktop's network)."""
+    sessions: list[aiohttp.ClientSession] = []
+
+    def client() -> aiohttp.ClientSession:
+        if not sessions:
+
+            def factory(addr_info: Any) -> socket.socket:
+                return make_socket(addr_info[0], addr_info[1], addr_info[2])
+
+            connector = aiohttp.TCPConnector(socket_factory=factory, force_close=True)
+            # A relayed DevTools WebSocket lives as long as its client keeps it open.
+            timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+            sessions.append(aiohttp.ClientSession(connector=connector, timeout=timeout))
+        return sessions[0]
+
+    async def close_client(_app: web.Application) -> None:
+        for session in sessions:
+            await session.close()
 
     async def json_route(request: web.Request) -> web.Response:
         port = _port(request)
         url = f"http://127.0.0.1:{port}/json/{request.match_info['tail']}"
         try:
-            async with network.client().get(url, timeout=aiohttp.ClientTimeout(10)) as r:
+            async with client().get(url, timeout=aiohttp.ClientTimeout(10)) as r:
                 body = await r.read()
                 return web.Response(body=body, status=r.status, content_type="application/json")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -341,7 +287,7 @@ def add_relay_routes(app: web.Application, network: BrowserNetwork) -> None:
         port = _port(request)
         url = f"ws://127.0.0.1:{port}/devtools/{request.match_info['tail']}"
         try:
-            upstream = await network.client().ws_connect(url, max_msg_size=0)
+            upstream = await client().ws_connect(url, max_msg_size=0)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             return web.json_response(
                 {"status": "error", "message": f"nothing answers on port {port}: {exc}"}, status=502
@@ -355,6 +301,7 @@ def add_relay_routes(app: web.Application, network: BrowserNetwork) -> None:
             await downstream.close()
         return downstream
 
+    app.on_cleanup.append(close_client)
     app.router.add_get("/scalecua/chrome/{port:\\d+}/json/{tail:.*}", json_route)
     app.router.add_get("/scalecua/chrome/{port:\\d+}/devtools/{tail:.*}", devtools_route)
 

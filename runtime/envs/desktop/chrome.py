@@ -11,12 +11,12 @@ work with chromium:
   or keyring prompt, maximized, accessible through AT-SPI (`ACCESSIBILITY_ENABLED=1`: the
   address bar is in the accessibility tree, as OSWorld's `active_url_from_accessTree`
   expects), with no background traffic of its own (component updates, pings, sync...), in
-  the desktop's browser network (browser_net.py) behind its SOCKS gateway. It runs as
-  root of the desktop's user namespace, so with `--no-sandbox`: the desktop is the
-  sandbox. `SCALECUA_CHROME_FLAGS` (space-separated) adds flags, e.g. a test's
+  the desktop's own network, going out through the desktop's SOCKS gateway
+  (browser_net.py). It runs as root of the desktop's user namespace, so with
+  `--no-sandbox`: the desktop is the sandbox. `SCALECUA_CHROME_FLAGS` (space-separated) adds flags, e.g. a test's
   `--ignore-certificate-errors-spki-list=...` for its local https server.
-- `socat`: the real one, run in the browser network, where port 1337 is; its listening
-  addresses get `reuseaddr` so a reset desktop can listen on 9222 again at once.
+- `socat`: the real one; its listening addresses get `reuseaddr` so a reset desktop can
+  listen on 9222 again at once.
 - `pkill`, `pgrep`: a pattern that matches `chrome` but not `chromium` also matches the
   browser's processes, which are named chromium here (Chrome's are named chrome). A bare
   `pkill chrome` returns once the browser has exited (and saved its profile), and a
@@ -78,7 +78,7 @@ _PREFERENCES = {
 }
 
 
-def chrome_flags(gateway_port: int | None) -> list[str]:
+def chrome_flags(gateway_port: int) -> list[str]:
     """The flags every browser start gets (a task's own flags come after and win)."""
     flags = [
         f"--user-data-dir={_HOME}/{PROFILE}",
@@ -95,13 +95,9 @@ def chrome_flags(gateway_port: int | None) -> list[str]:
         "--no-pings",
         "--media-router=0",
     ]
-    if gateway_port is not None:
-        # Everything, loopback included, through the desktop's gateway; it resolves names.
-        flags += [
-            f"--proxy-server=socks5://127.0.0.1:{gateway_port}",
-            "--proxy-bypass-list=<-loopback>",
-        ]
-    return flags
+    # Out through the desktop's gateway, which resolves names; loopback (the desktop's own
+    # servers, and the browser's debugging port) stays direct.
+    return [*flags, f"--proxy-server=socks5://127.0.0.1:{gateway_port}"]
 
 
 # OSWorld's postconfig kills the browser and starts it again at once, then reads the
@@ -121,12 +117,12 @@ export ACCESSIBILITY_ENABLED=1
 # Launchers the browser writes (Create shortcut) start it through this wrapper, as Debian's
 # /usr/bin/chromium arranges for its own.
 export CHROME_WRAPPER="$(command -v google-chrome)"
-exec {enter}{chromium} {flags} ${flags_env} "$@"
+exec {chromium} {flags} ${flags_env} "$@"
 """
 
 _SOCAT = """#!/bin/sh
-# socat in the browser's network, where Chrome's debugging port is (chrome.py); a listening
-# address gets reuseaddr, so a reset desktop can listen on 9222 again at once
+# socat as the VM's tasks run it (chrome.py); a listening address gets reuseaddr, so a reset
+# desktop can listen on 9222 again at once
 n=$#
 for a do
   case "$(printf %s "$a" | tr A-Z a-z)" in
@@ -136,7 +132,7 @@ for a do
   set -- "$@" "$a"
 done
 shift "$n"
-exec {enter}/usr/bin/socat "$@"
+exec /usr/bin/socat "$@"
 """
 
 # The browser's processes are named chromium here, chrome on the VM: a pattern that matches
@@ -177,24 +173,23 @@ exit 0
 """
 
 
-def wrapper_scripts(netns: str | None, gateway_port: int | None) -> dict[str, str]:
-    """The wrapper programs by name, for a browser network entered at `netns` (None: none)."""
-    enter = f"nsenter --net={shlex.quote(netns)} -- " if netns else ""
-    flags = " ".join(shlex.quote(f) for f in chrome_flags(gateway_port if netns else None))
+def wrapper_scripts(gateway_port: int) -> dict[str, str]:
+    """The wrapper programs by name, for a desktop whose gateway listens on `gateway_port`."""
+    flags = " ".join(shlex.quote(f) for f in chrome_flags(gateway_port))
     browser = _BROWSER.format(
-        wait=WAIT_STOPPED, enter=enter, chromium=CHROMIUM, flags=flags, flags_env=CHROME_FLAGS_ENV
+        wait=WAIT_STOPPED, chromium=CHROMIUM, flags=flags, flags_env=CHROME_FLAGS_ENV
     )
     scripts = {name: browser for name in BROWSER_NAMES}
-    scripts["socat"] = _SOCAT.format(enter=enter)
+    scripts["socat"] = _SOCAT
     for tool in ("pkill", "pgrep"):
         scripts[tool] = _PROCESS_TOOL.format(tool=tool, wrappers="|".join(_WRAPPER_COMMS))
     return scripts
 
 
-def write_wrappers(bin_dir: Path, netns: str | None, gateway_port: int | None) -> None:
+def write_wrappers(bin_dir: Path, gateway_port: int) -> None:
     """Write the browser's wrapper programs into a desktop's wrapper folder."""
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in wrapper_scripts(netns, gateway_port).items():
+    for name, text in wrapper_scripts(gateway_port).items():
         path = bin_dir / name
         path.write_text(text)
         path.chmod(0o755)

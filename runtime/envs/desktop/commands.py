@@ -1,8 +1,8 @@
 """Running commands for the desktop server: OSWorld's argv rules, timeouts, detached launches.
 
-Everything runs with the desktop's environment and `cwd=/home/user` inside the desktop's
-namespace, entering its network first (`enter`, the session's `enter_network`); a
-timed-out command is killed with its whole process group.
+Everything runs with the desktop's environment and `cwd=/home/user` on the agent's side of
+the desktop, as root inside, in its network (`enter`, the session's `enter`, is every
+child's `preexec_fn`); a timed-out command is killed with its whole process group.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ async def run(
     shell: bool,
     limit: float,
     env: dict[str, str],
+    enter: Callable[[], None],
     cwd: str | None = None,
-    enter: Callable[[], None] | None = None,
 ) -> dict:
     """Run a command to completion; return OSWorld's /execute shape."""
     options: dict[str, Any] = {
@@ -82,7 +82,7 @@ async def run(
 
 
 async def spawn_detached(
-    argv: Any, shell: bool, env: dict[str, str], enter: Callable[[], None] | None = None
+    argv: Any, shell: bool, env: dict[str, str], enter: Callable[[], None]
 ) -> None:
     """Start a program in its own session, re-parented to the namespace's init (which reaps it)."""
     full = ["setsid", "-f", "/bin/sh", "-c", argv] if shell else ["setsid", "-f", *argv]
@@ -98,9 +98,11 @@ async def spawn_detached(
     await proc.wait()
 
 
-async def list_windows(env: dict[str, str]) -> list[tuple[str, str, str]]:
+async def list_windows(
+    env: dict[str, str], enter: Callable[[], None]
+) -> list[tuple[str, str, str]]:
     """Return (id, WM_CLASS as "instance.class", title) of every window, from `wmctrl -lx`."""
-    result = await run(["wmctrl", "-lx"], False, 10, env=env)
+    result = await run(["wmctrl", "-lx"], False, 10, env=env, enter=enter)
     # A WM_CLASS may hold spaces (Chromium's names its profile folder): the host column,
     # this machine's name, is what ends it.
     host = f" {os.uname().nodename} "

@@ -5,8 +5,9 @@ native desktop, inside a container instead of host namespaces:
 
     container (own mount, PID, IPC and UTS namespaces; memory and pids caps by Docker)
       └─ init.py (PID 1: /home/user, private /tmp..., reaps orphans)
-           └─ server.py (HTTP on the host's 127.0.0.1:PORT) ─ Xvfb, dbus, openbox, apps...
-                (user namespace: uid 0 inside = host uid `DockerDesktop.uid`, leased)
+           └─ server.py (HTTP on the host's 127.0.0.1:PORT; host uid `DockerDesktop.uid` + 65535)
+                └─ Xvfb, dbus, openbox, apps... (the agent's user namespace and network:
+                                                 uid 0 inside = host uid `DockerDesktop.uid`)
 
 The container shares the host's network only so that its server can listen on the host's
 loopback (the daemon runs with no bridge); the desktop's apps live in a network namespace
@@ -306,9 +307,9 @@ async def _create(
     prepare = f"mkdir -p {home} && chown {uid}:{uid} {home} && chmod 700 {_STATE} {home}"
     argv = [
         _PYTHON, f"{_SOURCE}/runtime/envs/desktop/init.py", "--home", home, "--hide", _STATE,
-        "--uid", str(uid), "--count", str(ID_COUNT), "--",
+        "--uid", str(uid), "--count", str(ID_COUNT), "--keep-root", "--",
         _PYTHON, "-P", "-c", _SERVER, _SOURCE, "--id", desktop_id,
-        "--run-dir", f"{_STATE}/run", "--width", str(width), "--height", str(height),
+        "--width", str(width), "--height", str(height),
     ]  # fmt: skip
     config = {
         "Image": image,

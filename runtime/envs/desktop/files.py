@@ -1,20 +1,25 @@
-"""File operations behind the desktop server's /file, /setup/* and /list_directory routes."""
+"""File operations behind the desktop server's /file, /setup/* and /list_directory routes.
+
+Writes and downloads run on the agent's side (namespaces.AgentSide.call): a file the
+server puts into the desktop belongs to the agent and is written with the agent's rights,
+through whatever links the agent made; a download reaches what the desktop reaches.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import ipaddress
 import os
 import shutil
 import tempfile
+import urllib.error
+import urllib.request
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import aiohttp
-
+from runtime.addresses import is_loopback
 from runtime.envs.desktop.apps import Opener, opener_for
 
-_LOOPBACK_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost"}
+DOWNLOAD_TIMEOUT = 300.0
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 class DownloadError(Exception):
@@ -35,36 +40,28 @@ def write_bytes(path: Path, data: bytes) -> int:
     return len(data)
 
 
-def is_loopback(host: str) -> bool:
-    """Return whether `host` names this machine's loopback interface."""
-    if host.lower() in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-async def download(url: str, path: Path) -> int:
-    """Copy a file:// URL (as the desktop sees it) or fetch a loopback http(s) URL to `path`."""
+def download(url: str, path: Path) -> int:
+    """Copy a file:// URL or fetch an http(s) URL on the desktop's own loopback to `path`
+    (run on the agent's side: its rights, its network); return the size written."""
     parsed = urlparse(url)
     if parsed.scheme == "file":
-        return await asyncio.to_thread(_copy_local, Path(unquote(parsed.path)), path)
+        return _copy_local(Path(unquote(parsed.path)), path)
     if parsed.scheme not in ("http", "https"):
         raise DownloadError(f"unsupported URL scheme {parsed.scheme!r}")
     if not is_loopback(parsed.hostname or ""):
-        # This machine may talk to nothing but itself.
+        # A desktop's network is its loopback: files from elsewhere come through the host's
+        # file cache, as bytes (runtime.envs.tasks.files).
         raise DownloadError(
-            f"only loopback hosts are reachable from a desktop, not {parsed.hostname}"
+            f"only the desktop's own loopback is reachable from a desktop, not {parsed.hostname}"
         )
-    timeout = aiohttp.ClientTimeout(total=300)
     try:
-        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as resp:
-            resp.raise_for_status()
-            data = await resp.read()
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise DownloadError(str(exc) or type(exc).__name__) from exc
-    return await asyncio.to_thread(write_bytes, path, data)
+        with _NO_PROXY.open(url, timeout=DOWNLOAD_TIMEOUT) as resp:
+            data = resp.read()
+    except urllib.error.HTTPError as exc:
+        raise DownloadError(f"{exc.code} {exc.reason}") from exc
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise DownloadError(str(getattr(exc, "reason", exc)) or type(exc).__name__) from exc
+    return write_bytes(path, data)
 
 
 def _copy_local(source: Path, path: Path) -> int:
@@ -83,7 +80,7 @@ def directory_tree(directory: Path) -> dict:
     tree: dict = {"type": "directory", "name": directory.name, "children": []}
     try:
         for entry in os.scandir(directory):
-            if entry.is_dir():
+            if entry.is_dir(follow_symlinks=False):  # a link loop must not recurse
                 tree["children"].append(directory_tree(Path(entry.path)))
             else:
                 tree["children"].append({"type": "file", "name": entry.name})

@@ -16,7 +16,7 @@ import logging
 import socket
 from concurrent.futures import ThreadPoolExecutor
 
-from runtime.envs.desktop.netns import enter
+from runtime.envs.desktop.namespaces import AgentSide
 
 log = logging.getLogger(__name__)
 
@@ -26,11 +26,11 @@ _CHUNK = 64 * 1024
 class PortForwarder:
     """Host loopback ports, each piping to one port on the desktop's loopback."""
 
-    def __init__(self, netns_fd: int) -> None:
+    def __init__(self, agent: AgentSide) -> None:
         # Sockets take the network namespace of the thread that creates them: this one
         # thread lives inside the desktop's, and makes every socket that connects in.
         self._inside = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="netns", initializer=enter, initargs=(netns_fd,)
+            max_workers=1, thread_name_prefix="netns", initializer=agent.enter_network
         )
         self._servers: dict[int, asyncio.Server] = {}
         self._pipes: set[asyncio.Task] = set()

@@ -1,12 +1,14 @@
 """Start, reset and stop one isolated desktop from the host side.
 
-A desktop is a process tree in its own PID and mount namespace, and below init in a user
-namespace whose root is an unprivileged host uid block leased for the desktop:
+A desktop is a process tree in its own PID and mount namespace, and below init in user
+namespaces mapped onto an unprivileged host uid block leased for the desktop:
 
     unshare --mount --pid --fork --mount-proc --kill-child=SIGKILL        (host root)
       └─ init.py (PID 1: /home/user, private /tmp..., reaps orphans)      (host root)
-           └─ server.py (HTTP on 127.0.0.1:PORT) ─ Xvfb, dbus, AT-SPI, openbox, apps...
-                                                   (uid 0 inside = host uid `Desktop.uid`)
+           └─ server.py (HTTP on 127.0.0.1:PORT)          (host uid `Desktop.uid` + 65535)
+                └─ Xvfb, dbus, AT-SPI, openbox, apps...  (the agent's user namespace and
+                                                          network: uid 0 inside = host uid
+                                                          `Desktop.uid`)
 
 The whole tree sits in a cgroup that caps its memory and its number of tasks. The host
 keeps the home folder (`Desktop.home`, seen inside as /home/user and owned by
@@ -235,7 +237,7 @@ async def _launch(
         sys.executable, str(_INIT), "--home", str(home), "--hide", str(root),
         "--uid", str(uid), "--count", str(ID_COUNT), "--",
         sys.executable, "-P", "-c", _SERVER, str(_SOURCE), "--id", state_dir.name,
-        "--run-dir", str(state_dir / "run"), "--width", str(width), "--height", str(height),
+        "--width", str(width), "--height", str(height),
     ]  # fmt: skip
     log_path = state_dir / "desktop.log"
     env = {**os.environ, "SCALECUA_DESKTOP_TOKEN": token, "PYTHONUNBUFFERED": "1"}

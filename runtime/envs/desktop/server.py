@@ -1,19 +1,24 @@
 """The HTTP server of one desktop: OSWorld's in-VM server API, plus a fast input endpoint.
 
-Runs inside the desktop's namespace (started by init.py), boots the desktop's services,
-prints one JSON line `{"port", "display", "width", "height"}` on stdout when it serves,
-and answers on 127.0.0.1 only. Every request must carry the desktop's token
-(`Authorization: Bearer TOKEN`, or `X-Desktop-Token`). OSWorld endpoints keep OSWorld's
-request and response shapes; `/scalecua/*` are our additions (pixel-space actions via
-XTEST, reset, health) that the controller prefers when present.
+Runs inside the desktop's PID and mount namespace (started by init.py) as root of a user
+namespace of its own, in the host's network; boots the desktop's services on the agent's
+side (namespaces.py), prints one JSON line `{"port", "display", "width", "height"}` on
+stdout when it serves, and answers on 127.0.0.1 only. Every request must carry the
+desktop's token (`Authorization: Bearer TOKEN`, or `X-Desktop-Token`), which the server
+reads from a pipe (`--token-fd`) and keeps in memory only. The agent cannot reach the
+server's process: another uid, in a user namespace above the agent's, not dumpable, and
+hidden from the agent's /proc. OSWorld endpoints keep OSWorld's request and response
+shapes; `/scalecua/*` are our additions (pixel-space actions via XTEST, reset, health)
+that the controller prefers when present.
 
-    SCALECUA_DESKTOP_TOKEN=... python -m runtime.envs.desktop.server --id ID --run-dir DIR
+    python -m runtime.envs.desktop.server --id ID --run-dir DIR --token-fd N
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ctypes
 import hmac
 import json
 import logging
@@ -30,9 +35,10 @@ from aiohttp import web
 from runtime.envs.desktop import chrome, commands, files, screen
 from runtime.envs.desktop.actions import CLICKS
 from runtime.envs.desktop.apps import Opener, missing_app
-from runtime.envs.desktop.browser_net import GATEWAY_PORT, BrowserNetwork, add_relay_routes
+from runtime.envs.desktop.browser_net import GATEWAY_PORT, BrowserGateway, add_relay_routes
 from runtime.envs.desktop.forward import PortForwarder
 from runtime.envs.desktop.home import restore_home
+from runtime.envs.desktop.namespaces import AgentSide, AgentSideError
 from runtime.envs.desktop.session import DesktopSession
 from runtime.envs.desktop.xinput import XInput
 
@@ -45,6 +51,8 @@ _A11Y_SCRIPT = Path(__file__).with_name("a11y_dump.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"  # the only interpreter that can import Debian's pyatspi
 _ALREADY_OPEN_SECONDS = 3.0  # open_file: then a window already titled with the file will do
 _TITLE_SECONDS = 2.0  # open_file: a new window of the app's class not titled so by then will do
+RUN_DIR = "/run/scalecua-desktop"  # the server's folder (init.py covers /run with its own)
+_PR_SET_DUMPABLE = 4
 
 
 class DesktopServer:
@@ -56,8 +64,9 @@ class DesktopServer:
         self._x = ThreadPoolExecutor(max_workers=1, thread_name_prefix="x11")
         self._input: XInput | None = None
         self._grabber: screen.Grabber | None = None
-        assert session.netns_fd is not None, "start the session first"
-        self.forwarder = PortForwarder(session.netns_fd)
+        assert session.agent is not None, "start the session first"
+        self.agent: AgentSide = session.agent
+        self.forwarder = PortForwarder(self.agent)
 
     # -- plumbing -----------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -115,7 +124,11 @@ class DesktopServer:
     @property
     def _inside(self) -> dict[str, Any]:
         """How commands run: the desktop's environment, in the desktop's network."""
-        return {"env": self.session.env, "enter": self.session.enter_network}
+        return {"env": self.session.env, "enter": self.session.enter}
+
+    async def _as_agent(self, fn: Any, *args: Any) -> Any:
+        """Run fn(*args) on the agent's side (its rights, its files); AgentSideError if it fails."""
+        return await asyncio.to_thread(self.agent.call, fn, *args)
 
     async def _json(self, request: web.Request) -> dict:
         try:
@@ -145,7 +158,7 @@ class DesktopServer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.session.env,
-            preexec_fn=self.session.enter_network,  # the AT-SPI bus may be an abstract socket
+            preexec_fn=self.session.enter,  # the AT-SPI bus may be an abstract socket
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), A11Y_TIMEOUT)
@@ -257,9 +270,9 @@ class DesktopServer:
         field = form["file_data"]
         data = field.file.read() if hasattr(field, "file") else str(field).encode()
         try:
-            size = files.write_bytes(path, data)
-        except OSError as exc:
-            return web.json_response({"error": f"Failed to upload file: {exc}"}, status=500)
+            size = await self._as_agent(files.write_bytes, path, data)
+        except AgentSideError as exc:
+            return web.json_response({"error": f"Failed to upload file: {exc.args[0]}"}, status=500)
         return web.Response(text=f"File Uploaded: {size} bytes")
 
     async def download_file(self, request: web.Request) -> web.Response:
@@ -269,9 +282,9 @@ class DesktopServer:
         if not url or not path:
             return web.Response(text="Path or URL not supplied!", status=400)
         try:
-            size = await files.download(str(url), Path(commands.expand(str(path))))
-        except files.DownloadError as exc:
-            return web.Response(text=f"Failed to download {url}. Error: {exc}", status=500)
+            size = await self._as_agent(files.download, str(url), Path(commands.expand(str(path))))
+        except AgentSideError as exc:
+            return web.Response(text=f"Failed to download {url}. Error: {exc.args[0]}", status=500)
         return web.Response(text=f"File downloaded successfully: {size} bytes")
 
     async def list_directory(self, request: web.Request) -> web.Response:
@@ -301,12 +314,12 @@ class DesktopServer:
             return web.Response(text=f"Application/file not found: {path}", status=404)
         if opener.app is not None and (why := missing_app(opener.app)):
             return web.Response(text=f"Cannot open {path}: {why}", status=500)
-        before = {wid: title for wid, _, title in await commands.list_windows(self.session.env)}
+        before = {wid: title for wid, _, title in await commands.list_windows(**self._inside)}
         await commands.spawn_detached(opener.argv, False, **self._inside)
         started = time.monotonic()
         first_seen: dict[str, float] = {}
         while time.monotonic() - started < timeout:
-            windows = await commands.list_windows(self.session.env)
+            windows = await commands.list_windows(**self._inside)
             window = _window_showing(opener, before, windows, started, first_seen)
             if window:
                 await commands.run(["wmctrl", "-i", "-a", window], False, 10, **self._inside)
@@ -330,9 +343,7 @@ class DesktopServer:
         if not name:
             return web.Response(text="window_name required", status=400)
         flags = ("x" if data.get("by_class") else "") + ("F" if data.get("strict") else "") + verb
-        result = await commands.run(
-            ["wmctrl", f"-{flags}", str(name)], False, 10, env=self.session.env
-        )
+        result = await commands.run(["wmctrl", f"-{flags}", str(name)], False, 10, **self._inside)
         if result.get("returncode") != 0:
             return web.Response(text=f"Window {name} not found", status=404)
         return web.Response(text=done)
@@ -394,7 +405,7 @@ class DesktopServer:
             x.move(width // 2, height // 2)
 
         await self._on_x(settle_input)
-        await asyncio.to_thread(restore_home, HOME)
+        await self._as_agent(restore_home, HOME)
         alive = self.session.alive()
         if not all(alive.values()):
             # A dead service cannot be reset away: the owner should replace this desktop.
@@ -476,28 +487,32 @@ def _is_dir(path: Path) -> bool:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    token = os.environ.pop("SCALECUA_DESKTOP_TOKEN", "")
+    # Nothing of the agent's may read this process's memory or descriptors, nor trace it.
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    token = _read_token(args.token_fd)
     if not token:
-        print("desktop server: SCALECUA_DESKTOP_TOKEN is not set", file=sys.stderr)
+        print("desktop server: no token on --token-fd", file=sys.stderr)
         return 64
     # Every process of this desktop inherits its id: operators (and tests) can find them.
     os.environ["SCALECUA_DESKTOP_ID"] = args.id
-    network = BrowserNetwork.create()  # the browser's own ports and way out (browser_net.py)
     session = DesktopSession(args.id, Path(args.run_dir), args.width, args.height)
     try:
         await asyncio.to_thread(session.start)
+        assert session.agent is not None
+        # The desktop's way out, listening in its own network (browser_net.py).
+        gateway = BrowserGateway.listening(session.agent.socket)
     except Exception as exc:
         session.stop()
         print(f"desktop server: {exc}", file=sys.stderr, flush=True)
         return 70
-    chrome.write_wrappers(session.run_dir / "bin", network.path, GATEWAY_PORT)
+    chrome.write_wrappers(session.run_dir / "bin", GATEWAY_PORT)
     os.environ.clear()
     os.environ.update(session.env)
-    restore_home(HOME)
+    await asyncio.to_thread(session.agent.call, restore_home, HOME)
     server = DesktopServer(session, token)
     app = server.app()
-    add_relay_routes(app, network)
-    await network.start()
+    add_relay_routes(app, session.agent.socket)
+    await gateway.start()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -512,18 +527,28 @@ async def _serve(args: argparse.Namespace) -> int:
     await stop.wait()
     await server.forwarder.close()
     await runner.cleanup()
-    await network.close()
+    await gateway.close()
     server.close()
     await asyncio.to_thread(session.kill_apps, set())
     session.stop()
     return 0
 
 
+def _read_token(fd: int) -> str:
+    """The token init writes to `fd` (then closed), or "" if there is none."""
+    try:
+        with os.fdopen(fd, "rb") as pipe:
+            return pipe.read(4096).decode().strip()
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def main() -> int:
     """Entry point inside the desktop namespace."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--id", required=True)
-    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--run-dir", default=RUN_DIR)
+    parser.add_argument("--token-fd", type=int, required=True)
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=800)
     args = parser.parse_args()

@@ -1,8 +1,9 @@
 """The processes of one desktop, started inside its namespace: Xvfb, dbus, AT-SPI, openbox.
 
-`DesktopSession.start()` first makes the desktop's own network (netns.py: loopback only;
-every process it starts, and every command the server runs, enters it), then brings them
-up with a readiness check each (Xvfb reports its display through -displayfd; dbus prints
+`DesktopSession.start()` first makes the agent's side of the desktop (namespaces.py: the
+agent's user namespace and the desktop's network, loopback only; every process it starts,
+and every command the server runs, runs there as root inside), then brings them up with a
+readiness check each (Xvfb reports its display through -displayfd; dbus prints
 its address; openbox is ready once it sets _NET_SUPPORTING_WM_CHECK, and is retried
 because about one start in ten fails on a fresh display). `kill_apps()` is the fast half
 of a reset: it kills every process of the namespace except these services and the
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from Xlib import X, display
 
-from runtime.envs.desktop import netns
+from runtime.envs.desktop.namespaces import AGENT_ROOT, AgentSide
 from runtime.envs.desktop.wrappers import write_wrappers
 from runtime.errors import DesktopError
 from runtime.isolation.lifetime import alive
@@ -42,34 +43,39 @@ class DesktopSession:
     """Xvfb + dbus + AT-SPI + openbox for one desktop; run inside the desktop's namespace."""
 
     desktop_id: str
-    run_dir: Path  # private scratch: wrappers, openbox config, sockets
+    run_dir: Path  # the server's: wrappers and settings the agent reads but may not change
     width: int = 1280
     height: int = 800
     display: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    netns_fd: int | None = None  # holds the desktop's network namespace once started
+    agent: AgentSide | None = None  # the agent's namespace and network, once started
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     def start(self) -> None:
         """Start every service and fill `display` and `env`; raise DesktopError on failure."""
-        self.run_dir.mkdir(parents=True, mode=0o700, exist_ok=True)
-        (self.run_dir / "xdg").mkdir(mode=0o700, exist_ok=True)
+        self.run_dir.mkdir(parents=True, mode=0o755, exist_ok=True)
+        # The agent's runtime folder (sockets, sudo's stamps) is the agent's own.
+        xdg = self.run_dir / "xdg"
+        xdg.mkdir(mode=0o700, exist_ok=True)
+        os.chown(xdg, AGENT_ROOT, AGENT_ROOT)
         # The X server admits only clients that present this desktop's cookie.
         xauth = self.run_dir / "Xauthority"
         write_xauthority(xauth)
+        os.chown(xauth, AGENT_ROOT, AGENT_ROOT)
         os.environ["XAUTHORITY"] = str(xauth)
         write_wrappers(self.run_dir / "bin")
-        self.netns_fd = netns.create_network()
+        self.agent = AgentSide.create()
         self._start_xvfb(xauth)
         self.env = self._build_env()
         self._start_dbus()
         self._start_atspi()
         self._start_openbox()
 
-    def enter_network(self) -> None:
-        """Move the calling process into the desktop's network (a `preexec_fn` for children)."""
-        if self.netns_fd is not None:
-            netns.enter(self.netns_fd)
+    def enter(self) -> None:
+        """Become the agent, root inside, in the desktop's network (a child's `preexec_fn`)."""
+        if self.agent is None:
+            raise DesktopError("the desktop's session is not started")
+        self.agent.enter()
 
     def core_pids(self) -> set[int]:
         """Return the pids of the services that survive a reset."""
@@ -102,7 +108,8 @@ class DesktopSession:
         return len(victims)
 
     def stop(self) -> None:
-        """Terminate the services (Xvfb last, so it removes its lock file)."""
+        """Terminate the services (Xvfb last, so it removes its lock file) and let the
+        namespaces go."""
         for name in ("openbox", "atspi", "dbus", "xvfb"):
             proc = self._procs.pop(name, None)
             if proc is None or proc.poll() is not None:
@@ -113,6 +120,9 @@ class DesktopSession:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        if self.agent is not None:
+            self.agent.close()
+            self.agent = None
 
     # -- services -----------------------------------------------------------------------
     def _start_xvfb(self, xauth: Path) -> None:
@@ -130,7 +140,7 @@ class DesktopSession:
             pass_fds=(write_fd,),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            preexec_fn=self.enter_network,
+            preexec_fn=self.enter,
         )
         os.close(write_fd)
         self._procs["xvfb"] = proc
@@ -177,14 +187,14 @@ class DesktopSession:
         return env
 
     def _start_dbus(self) -> None:
-        address = f"unix:path={self.run_dir / 'bus'}"
+        address = f"unix:path={self.run_dir / 'xdg' / 'bus'}"
         proc = subprocess.Popen(
             ["dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address=1"]
             + [f"--address={address}"],
             env=self.env,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
-            preexec_fn=self.enter_network,
+            preexec_fn=self.enter,
         )
         self._procs["dbus"] = proc
         line = _read_line(proc.stdout.fileno(), timeout=10.0)
@@ -202,7 +212,7 @@ class DesktopSession:
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            preexec_fn=self.enter_network,
+            preexec_fn=self.enter,
         )
         # Ready once the launcher owns org.a11y.Bus on the session bus; apps started
         # before that still register later, so a slow start is logged, not fatal.
@@ -218,7 +228,7 @@ class DesktopSession:
                 capture_output=True,
                 text=True,
                 check=False,
-                preexec_fn=self.enter_network,
+                preexec_fn=self.enter,
             )
             if "boolean true" in reply.stdout:
                 return
@@ -236,7 +246,7 @@ class DesktopSession:
                     env=self.env,
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
-                    preexec_fn=self.enter_network,
+                    preexec_fn=self.enter,
                 )
                 deadline = time.monotonic() + 5.0
                 while time.monotonic() < deadline and proc.poll() is None:

@@ -17,7 +17,8 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from runtime.envs.desktop.browser_net import HostMap, is_loopback
+from runtime.addresses import is_loopback
+from runtime.envs.desktop.browser_net import HostMap
 from runtime.envs.tasks.model import Task
 
 __all__ = ["live_web_urls", "needs_live_web", "same_url"]

@@ -4,9 +4,10 @@
     fetched.data, fetched.sha256, fetched.final_url
 
 Only the host process fetches; a desktop only ever receives the bytes (the `download` step
-uploads them). Every hop of a redirect chain is checked before it is sent: http(s) only,
-never a link-local address (169.254.0.0/16, fe80::/10: cloud instance metadata), and in
-`loopback` mode nothing but 127.0.0.0/8 and ::1. A transient failure (a connection or read
+uploads them). Every hop of a redirect chain is checked before it is sent: http(s) only;
+in `on` mode only public addresses (never loopback, a private or link-local network such as
+a cloud's instance metadata at 169.254.169.254, nor this host's own addresses: a task's URL
+is as untrusted as its judge), and in `loopback` mode nothing but 127.0.0.0/8 and ::1. A transient failure (a connection or read
 error, a timeout, 408, 429 or a 5xx) is retried with exponential backoff; any other status,
 a body over the size limit or a refused host fails at once with FetchError.
 
@@ -28,7 +29,7 @@ from urllib.parse import urlencode, urljoin, urlparse
 
 import httpx
 
-from runtime.addresses import is_loopback
+from runtime.addresses import host_addresses, is_loopback, is_public
 from runtime.errors import FetchError
 
 __all__ = [
@@ -208,11 +209,18 @@ async def _check_hop(url: str, mode: str) -> None:
     check_fetchable(url, mode)
     host = urlparse(url).hostname or ""
     addresses = await _addresses(host)
+    own = host_addresses()
     for address in addresses:
-        if address.is_link_local or address.is_multicast or address.is_unspecified:
-            raise FetchError(f"refusing to fetch {url}: {host} is {address}, not a public host")
-        if mode == "loopback" and not address.is_loopback:
-            raise FetchError(f"refusing to fetch {url}: {host} is {address}, not loopback")
+        if mode == "loopback":
+            if not address.is_loopback:
+                raise FetchError(f"refusing to fetch {url}: {host} is {address}, not loopback")
+        elif not is_public(address, own):
+            # A task's URLs are as untrusted as its judge: fetching them must not read this
+            # host's services (the broker, the dashboard, a cloud's metadata) into a desktop.
+            raise FetchError(
+                f"refusing to fetch {url}: {host} is {address}, not a public host "
+                "(loopback mirrors: SCALECUA_FILES_FETCH=loopback)"
+            )
 
 
 async def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:

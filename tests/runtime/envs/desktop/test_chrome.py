@@ -1,14 +1,15 @@
 """Chrome as OSWorld's VM runs it, on real desktops: `google-chrome --remote-debugging-port=1337`
-behind `socat tcp-listen:9222,fork tcp:localhost:1337`, in each desktop's own browser
-network, reached by the host only through the desktop server.
+behind `socat tcp-listen:9222,fork tcp:localhost:1337`, in each desktop's own network,
+reached by the host only through the desktop server.
 
 Two desktops run the same commands on the same fixed ports side by side; the browser
-reaches the loopback sites of tests/web_sites.py under their mapped names, the host's
-loopback, and nothing else.
+reaches the loopback sites of tests/web_sites.py under their mapped names, the desktop's
+own loopback, and nothing else (not the host's loopback).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from runtime.envs.desktop.browser_net import HostMap, is_loopback
+from runtime.addresses import is_loopback
+from runtime.envs.desktop.browser_net import HostMap
 from runtime.envs.desktop.cdp import Browser, ChromeError
 from runtime.envs.desktop.lifecycle import Desktop
 from tests.web_sites import LoopbackSites
@@ -74,19 +76,17 @@ async def test_each_desktop_has_its_own_browser_on_the_same_ports(
                 version = (await http.get("/scalecua/chrome/9222/json/version")).json()
             ids.add(version["webSocketDebuggerUrl"].rsplit("/", 1)[1])
         assert len(ids) == 2
-        # Nothing outside the browser's network reaches its ports: not a program of the
-        # desktop (which shares the host's network), so neither the host; inside, one does.
+        # The ports are the desktop's own: a program of the desktop reaches them (as on the
+        # VM); the host only through the relay above, and another desktop not at all.
         fetch = (
             'python3 -c "import urllib.request as u; '
             "print(u.urlopen('http://127.0.0.1:9222/json/version', timeout=2).read().decode())\""
         )
-        outside = await ctl_a.execute(fetch, shell=True)
-        assert not any(i in outside["output"] for i in ids)
-        netns = (await ctl_a.execute("grep -o 'net=[^ ]*' \"$(command -v socat)\"", shell=True))[
-            "output"
-        ]
-        inside = await ctl_a.execute(f"nsenter --{netns.strip()} -- {fetch}", shell=True)
+        inside = await ctl_a.execute(fetch, shell=True)
         assert any(i in inside["output"] for i in ids), inside
+        with pytest.raises(httpx.HTTPError):
+            async with httpx.AsyncClient(timeout=2) as raw:
+                await raw.get("http://127.0.0.1:9222/json/version")
         # The profile is the VM's folder, seeded past its first run, Google searching.
         prefs = json.loads(
             await ctl_a.get_file("/home/user/.config/google-chrome/Default/Preferences")
@@ -96,18 +96,28 @@ async def test_each_desktop_has_its_own_browser_on_the_same_ports(
         assert await ctl_a.get_file("/home/user/.config/google-chrome/First Run") is not None
 
 
-async def test_the_browser_reaches_served_names_and_loopback_only(
+async def test_the_browser_reaches_served_names_and_its_own_loopback_only(
     pair: tuple[Desktop, Desktop], sites: LoopbackSites
 ) -> None:
     a, _ = pair
     async with a.controller() as ctl, await Browser.connect(ctl, timeout=30) as browser:
-        local = await browser.new_page(f"http://127.0.0.1:{sites.http_port}/local")
-        assert await local.evaluate("document.title") == "127.0.0.1"
+        await ctl.upload_file("/home/user/site/index.html", b"<title>served inside</title>")
+        await ctl.launch(
+            "python3 -m http.server 8765 --bind 127.0.0.1 --directory /home/user/site", shell=True
+        )
+        for _ in range(50):
+            inside = await browser.new_page("http://127.0.0.1:8765/", timeout=15)
+            if await inside.evaluate("document.title") == "served inside":
+                break
+            await asyncio.sleep(0.2)
+        assert await inside.evaluate("document.title") == "served inside"
+        # The host's loopback is not the browser's: its site there is never asked.
+        await browser.new_page(f"http://127.0.0.1:{sites.http_port}/local", timeout=15)
         away = await browser.new_page("https://unmapped.example.net/", timeout=15)
         assert (
             await away.evaluate("location.href") != "https://unmapped.example.net/"
         )  # an error page
-    assert ("127.0.0.1", "/local") in sites.requests
+    assert ("127.0.0.1", "/local") not in sites.requests
     assert not any(host == "unmapped.example.net" for host, _ in sites.requests)
 
 

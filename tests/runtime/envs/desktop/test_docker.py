@@ -42,6 +42,20 @@ async def desktop(docker_host: str) -> AsyncIterator[DockerDesktop]:
         yield d
 
 
+def _uids_in_block(first: int) -> set[int]:
+    """The real uids of the host's processes that fall in the block starting at `first`."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:  # not a process, or one that just ended
+            continue
+        uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+        if first <= uid < first + 65536:
+            found.add(uid)
+    return found
+
+
 def _containers(host: str, label: str) -> list[str]:
     out = docker("ps", "-a", "-q", "--filter", f"label={label}", host=host).stdout
     return out.split()
@@ -56,8 +70,11 @@ async def test_a_docker_desktop_serves_the_api_isolated(desktop: DockerDesktop, 
             png = await ctl.screenshot()
             assert png.startswith(b"\x89PNG") and desktop.size == (1280, 800)
             # Root inside is the leased, unprivileged host uid block.
+            # (its map names the server's namespace, whose id 1 is the block's first)
             uid_map = (await ctl.execute(["cat", "/proc/self/uid_map"]))["output"].split()
-            assert uid_map == ["0", str(desktop.uid), "65536"] and desktop.uid in DESKTOP_UIDS
+            assert uid_map == ["0", "1", "65535"] and desktop.uid in DESKTOP_UIDS
+            owners = await asyncio.to_thread(_uids_in_block, desktop.uid)
+            assert owners == {desktop.uid, desktop.uid + 65535}, owners  # the agent, the server
             # No host file: not the host's /tmp, not the project's checkout, not /root.
             assert (await ctl.execute(["cat", str(marker)]))["returncode"] != 0
             assert (await ctl.execute(["ls", str(REPO / "tests")]))["returncode"] != 0

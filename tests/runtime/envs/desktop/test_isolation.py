@@ -180,13 +180,18 @@ async def test_root_inside_is_an_unprivileged_uid_on_the_host(
     for d in (desktop, other):
         pids = _namespace_pids(d)
         assert len(pids) >= 5, pids  # server, Xvfb, dbus, AT-SPI, openbox (+ mousepad)
-        uids = {int(u) for pid in pids for u in _status(pid)["Uid"].split()}
-        gids = {int(g) for pid in pids for g in _status(pid)["Gid"].split()}
-        groups = {g for pid in pids for g in _status(pid)["Groups"].split()}
-        assert len(uids) == 1 and uids == gids and not groups, (uids, gids, groups)
-        (uid,) = uids
-        assert uid in DESKTOP_UIDS and uid % 65536 == 0, uid  # inside's 0 is a block's first id
-        blocks.append(uid)
+        by_uid: dict[int, list[int]] = {}
+        for pid in pids:
+            status = _status(pid)
+            (uid,) = {int(u) for u in status["Uid"].split()}  # real, effective, saved, fs
+            assert {int(g) for g in status["Gid"].split()} == {uid} and not status["Groups"].strip()
+            by_uid.setdefault(uid, []).append(pid)
+        # The agent (inside's 0) is a block's first id; the server alone its last.
+        first = min(by_uid)
+        assert first in DESKTOP_UIDS and first % 65536 == 0, by_uid
+        assert set(by_uid) == {first, first + 65535}, by_uid
+        assert len(by_uid[first + 65535]) == 1, by_uid
+        blocks.append(first)
     assert blocks[0] != blocks[1]  # each desktop has its own block
 
 

@@ -222,7 +222,7 @@ async def test_a_clone_and_venv_in_a_covered_folder_start_desktops(
         "async def main():\n"
         f"    async with Desktop.started(root=Path({str(tmp_path)!r})) as d:\n"
         "        async with d.controller() as c:\n"
-        "            src = str(Path(runtime.__file__).parent.parent)\n"
+        "            src = str(Path(runtime.__file__).parent)\n"
         "            out = await c.execute(['findmnt', '-no', 'OPTIONS', '--target', src])\n"
         "            print(runtime.__file__, sys.prefix, out['output'].split(',')[0], flush=True)\n"
         "asyncio.run(main())\n"

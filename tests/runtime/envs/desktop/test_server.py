@@ -127,7 +127,7 @@ async def test_files_round_trip(ctl: DesktopController, desktop: Desktop) -> Non
     assert "error" in await ctl.list_directory("/home/user/nothing-here")
 
 
-async def test_download_from_file_url_and_loopback_http(
+async def test_download_from_file_url_and_the_desktops_own_loopback(
     ctl: DesktopController, tmp_path: Path
 ) -> None:
     # file:// URLs name files as the desktop sees them, read with the desktop's rights.
@@ -142,8 +142,23 @@ async def test_download_from_file_url_and_loopback_http(
         await ctl.download_file("file:///etc/shadow", "/home/user/shadow")
     assert await ctl.get_file("/home/user/shadow") is None
 
+    # http(s) on loopback is the desktop's own: a server a program inside runs answers...
+    await ctl.upload_file("/home/user/site/f.txt", b"served inside")
+    await ctl.launch("python3 -m http.server 8765 --bind 127.0.0.1 --directory /home/user/site",
+                     shell=True)  # fmt: skip
+    for _ in range(100):
+        try:
+            await ctl.download_file("http://127.0.0.1:8765/f.txt", "/home/user/Downloads/web.txt")
+            break
+        except DesktopError:
+            await asyncio.sleep(0.1)
+    assert await ctl.get_file("/home/user/Downloads/web.txt") == b"served inside"
+    with pytest.raises(DesktopError, match="404"):
+        await ctl.download_file("http://127.0.0.1:8765/missing", "/home/user/x")
+
+    # ...and a server on the host's loopback does not: the download is the desktop's.
     async def serve(_request: web.Request) -> web.Response:
-        return web.Response(text="served")
+        return web.Response(text="the host's")
 
     app = web.Application()
     app.router.add_get("/f.txt", serve)
@@ -153,12 +168,11 @@ async def test_download_from_file_url_and_loopback_http(
     await site.start()
     port = runner.addresses[0][1]
     try:
-        await ctl.download_file(f"http://127.0.0.1:{port}/f.txt", "/home/user/Downloads/web.txt")
-        assert await ctl.get_file("/home/user/Downloads/web.txt") == b"served"
-        with pytest.raises(DesktopError, match="404"):
-            await ctl.download_file(f"http://127.0.0.1:{port}/missing", "/home/user/x")
+        with pytest.raises(DesktopError, match="refused"):
+            await ctl.download_file(f"http://127.0.0.1:{port}/f.txt", "/home/user/host.txt")
     finally:
         await runner.cleanup()
+    assert await ctl.get_file("/home/user/host.txt") is None
     with pytest.raises(DesktopError, match="loopback"):
         await ctl.download_file("http://example.com/x.txt", "/home/user/x")
     with pytest.raises(DesktopError, match="no such file"):

@@ -85,8 +85,15 @@ async def test_every_hop_is_checked_and_nothing_leaves_loopback() -> None:
         with pytest.raises(FetchError, match="more than 3 redirects"):
             await fetch_url(f"{server.url}/loop", FetchLimits(max_redirects=3), mode="loopback")
     # Checked before any connection is made, so these send nothing.
-    with pytest.raises(FetchError, match="not a public host"):
-        await _check_hop("http://169.254.169.254/latest/meta-data/", "on")
+    for url in (
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1:9092/",  # a task's URL must not read the host's services
+        "http://localhost:8080/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://10.1.2.3/x",
+    ):
+        with pytest.raises(FetchError, match="not a public host"):
+            await _check_hop(url, "on")
     with pytest.raises(FetchError, match="only loopback URLs"):
         await _check_hop("https://example.com/file", "loopback")
     with pytest.raises(FetchError, match="fetching is off"):
