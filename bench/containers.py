@@ -12,7 +12,8 @@ The two kinds alternate in rounds so that other load on the machine falls on bot
 Prints a table and the docker/native ratios; `--json PATH` writes them, with the targets'
 keys `reset_ratio` (docker reset / native reset; target <= 2) and `steps_per_s_ratio_4`
 (docker / native steps/s with 4 desktops; target >= 0.8). `--quick` (under a minute) takes
-fewer samples and shorter loops.
+fewer samples and shorter loops. A Docker daemon the benchmark had to start (the project's
+own) stops when it ends, unless the stack is up or another command still uses it.
 
     python bench/containers.py --quick --json bench-containers.json
 """
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import fcntl
 import json
 import os
 import statistics
@@ -28,9 +31,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DOCKERD = REPO / "infra/images/dockerd.sh"
 sys.path.insert(0, str(REPO))
 
 from runtime.envs.desktop.pool import DesktopPool, desktop_provider  # noqa: E402
@@ -48,9 +53,27 @@ def images(*args: str, env: dict[str, str] | None = None) -> float:
 
 def docker_host() -> str:
     """The engine the build script uses (starting the project's own when none answers)."""
-    script = f"source {REPO}/infra/images/dockerd.sh && ensure_dockerd >&2 && echo $DOCKER_HOST"
+    script = f"source {DOCKERD} && ensure_dockerd >&2 && echo $DOCKER_HOST"
     out = subprocess.run(["bash", "-c", script], check=True, capture_output=True, text=True)
     return out.stdout.strip().splitlines()[-1]
+
+
+@contextlib.contextmanager
+def docker_engine() -> Iterator[str]:
+    """The engine for the block; a daemon started for it stops after, unless still in use.
+
+    The block holds infra/images/dockerd.sh's users' lock (shared), so no other command's end
+    stops the daemon under it; leaving, release_dockerd stops the project's own daemon if it
+    was started for commands, none holds it now and no container runs on it.
+    """
+    run = Path(os.environ.get("SCALECUA_DOCKER_RUN", "/run/scalecua-docker"))
+    run.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(run / "users.lock", "a") as users:
+            fcntl.flock(users, fcntl.LOCK_SH)
+            yield docker_host()
+    finally:
+        subprocess.run(["bash", "-c", f"source {DOCKERD} && release_dockerd"], check=False)
 
 
 async def start_seconds(kind: str) -> float:
@@ -145,10 +168,11 @@ def main() -> int:
     parser.add_argument("--cold", action="store_true", help="also time a cold desktop image build")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
-    builds = bench_builds(args.cold)
-    os.environ.setdefault("DOCKER_HOST", docker_host())
-    rounds, loop_s = (2, 3.0) if args.quick else (5, 8.0)
-    kinds = asyncio.run(bench_kinds(rounds, loop_s))
+    with docker_engine() as host:
+        builds = bench_builds(args.cold)
+        os.environ.setdefault("DOCKER_HOST", host)
+        rounds, loop_s = (2, 3.0) if args.quick else (5, 8.0)
+        kinds = asyncio.run(bench_kinds(rounds, loop_s))
     native, docker = kinds["native"], kinds["docker"]
     result = {
         "native": native,

@@ -39,10 +39,35 @@ FETCH_MODES = ("on", "loopback", "off")  # SCALECUA_FILES_FETCH: which URLs setu
 
 
 def home_dir() -> Path:
-    """Return the scalecua working folder (created if missing)."""
-    path = Path(os.environ.get("SCALECUA_HOME", "var")).resolve()
-    path.mkdir(parents=True, exist_ok=True)
+    """Return the scalecua working folder (created if missing); SettingError if it cannot be one."""
+    raw = os.environ.get("SCALECUA_HOME")
+    path = Path(raw or "var").resolve()
+    named = f"SCALECUA_HOME={raw}" if raw else f"the working folder {path} (SCALECUA_HOME)"
+    # Kernel file systems take mkdir or writes in ways of their own (ENOENT, EACCES even for
+    # root): say what is wrong before anything tries to keep state there.
+    kernel = next((top for top in _KERNEL_FILE_SYSTEMS if path.is_relative_to(top)), None)
+    if kernel is not None:
+        raise SettingError(f"{named} is under {kernel}: choose a folder on a disk")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise SettingError(f"{named} is a file, not a folder") from None
+    except OSError as exc:
+        raise SettingError(f"{named} cannot be made a folder: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        why = "a read-only file system" if _read_only(path) else "no write permission"
+        raise SettingError(f"{named} is not writable ({why})")
     return path
+
+
+_KERNEL_FILE_SYSTEMS = ("/proc", "/sys")  # /dev/shm is a real tmpfs: allowed
+
+
+def _read_only(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def broker_state_file() -> Path:

@@ -33,6 +33,7 @@ mkdir -p "$CACHE"
 # shellcheck source=infra/images/dockerd.sh
 source "$HERE/dockerd.sh"
 ensure_dockerd
+trap release_dockerd EXIT  # a daemon started for this build stops with it (unless in use)
 
 progress() { echo "[images] $*"; }
 hash_of() { sha256sum | cut -c1-16; }

@@ -7,15 +7,18 @@ import os
 import signal
 import sys
 import time
+from shlex import quote
 from typing import BinaryIO
 
+import msgspec
 import orjson
 
 from runtime.broker import EmbeddedBroker, create_topics, default_port
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings, broker_state_file, resolve_bootstrap
 from runtime.errors import ConfigError, SchemaError
-from topics.codec import from_json, to_dict
+from topics.codec import encode, from_json, to_dict
+from topics.events import Event
 from topics.registry import TOPICS, topic
 
 __all__ = ["run_broker", "topics_list", "topics_create", "tail", "produce", "replay"]
@@ -52,7 +55,7 @@ async def start_embedded(
         raise
     broker.run_id = run.run_id
     counts = ", ".join(f"{n} {t}" for t, n in seeded.items()) or "nothing"
-    _err(f"run {run.run_id} resumes {source} from {archive}: re-seeded {counts}")
+    _err(f"run {run.run_id} resumes {source} from {quote(archive)}: re-seeded {counts}")
     return broker, seeded
 
 
@@ -60,8 +63,8 @@ async def run_broker(
     port: int | None, resume: str | None = None, archive: str | None = None
 ) -> int:
     """Run the embedded broker until SIGINT/SIGTERM, recording its address for other commands."""
+    state = broker_state_file()  # a home it cannot write to stops it before the broker starts
     broker, _ = await start_embedded(port, resume, archive)
-    state = broker_state_file()
     state.write_bytes(orjson.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()}))
     print(broker.bootstrap, flush=True)
     _err(f"broker ready at {broker.bootstrap} with {len(TOPICS)} topics, run {broker.run_id}; "
@@ -197,6 +200,7 @@ async def produce(topic_name: str, bootstrap: str | None, stdin: BinaryIO, *, ra
                 continue
             try:
                 event = from_json(topic_name, line)
+                _check_encodable(topic_name, event)
             except SchemaError as exc:
                 bad += 1
                 _err(f"line {lineno}: {exc}")
@@ -207,6 +211,34 @@ async def produce(topic_name: str, bootstrap: str | None, stdin: BinaryIO, *, ra
         f"wrote {len(futures)} records to {topic_name}" + (f"; {bad} invalid lines" if bad else "")
     )
     return 1 if bad else 0
+
+
+def _check_encodable(topic_name: str, event: Event) -> None:
+    """Raise SchemaError when the wire cannot carry a decoded value (an integer beyond 64 bits)."""
+    try:
+        encode(event)
+    except (OverflowError, msgspec.EncodeError) as exc:
+        where = _oversized(to_dict(event))
+        raise SchemaError(
+            f"{topic_name}: {where or 'a value'} does not fit in 64 bits ({exc})"
+        ) from None
+
+
+def _oversized(value: object, path: str = "") -> str | None:
+    """The path of the first integer outside [-2**63, 2**64 - 1] in decoded JSON, if any."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{path} = {value}" if not -(2**63) <= value < 2**64 else None
+    if isinstance(value, dict):
+        children = list(value.items())
+    elif isinstance(value, list):
+        children = list(enumerate(value))
+    else:
+        return None
+    for key, child in children:
+        found = _oversized(child, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
 
 
 async def replay(

@@ -65,6 +65,7 @@ __all__ = [
 _SKIP = {"help", "func", "bootstrap", "command", "version", "verbose", "config"}
 
 PORT = (0, 65535)  # a TCP port; 0 asks for any free one
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # the widest integer a setting takes
 
 
 # -- kinds: what a setting takes ------------------------------------------------------------
@@ -185,10 +186,27 @@ def _within(x: float, low: Any, high: Any, above: Any = None, below: Any = None)
     )
 
 
+class _Integer(Kind):
+    """A whole number in its declared range and within 64 bits (what events and tensors hold)."""
+
+    def __init__(self, low: int | None, high: int | None) -> None:
+        super().__init__(f"an integer{_bounds(low, high, None, None)}", _as_int,
+                         lambda x: _within(x, low, high))  # fmt: skip
+        # A bound left open is still 64 bits: beyond it the value cannot be encoded or used.
+        self.low = INT64_MIN if low is None else max(low, INT64_MIN)
+        self.high = INT64_MAX if high is None else min(high, INT64_MAX)
+
+    def check(self, value: Any, text: bool = False) -> int:
+        """The whole number, within its range; else ValueError naming the range."""
+        out = super().check(value, text)
+        if not self.low <= out <= self.high:
+            raise ValueError(f"expected an integer in [{self.low}, {self.high}]")
+        return out
+
+
 def integer(low: int | None = None, high: int | None = None) -> Kind:
-    """A whole number, low <= x <= high (each bound optional)."""
-    return Kind(f"an integer{_bounds(low, high, None, None)}", _as_int,
-                lambda x: _within(x, low, high))  # fmt: skip
+    """A whole number, low <= x <= high (each bound optional; never beyond 64 bits)."""
+    return _Integer(low, high)
 
 
 def number(
@@ -431,10 +449,7 @@ def load_config(path: Path | None, parser: argparse.ArgumentParser) -> dict[str,
     commands = _commands(parser)
     values: dict[str, dict[str, Any]] = {}
     if path is not None:
-        try:
-            raw = tomllib.loads(path.read_text())
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{path}: {exc}") from exc
+        raw = _read_toml(path)
         for command, table in raw.items():
             if command not in commands or not isinstance(table, dict):
                 raise ConfigError(f"{path}: [{command}] is not a command with settings")
@@ -459,6 +474,26 @@ def load_config(path: Path | None, parser: argparse.ArgumentParser) -> dict[str,
                     checked = _bound(known[key]).accept_env(name, text)
                     values.setdefault(command, {})[key] = checked
     return values
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    """The file's TOML tables; ConfigError when it cannot be read, is not UTF-8 or not TOML."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}); "
+            "a TOML file is UTF-8"
+        ) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
 
 
 def apply_config(parser: argparse.ArgumentParser, values: dict[str, dict[str, Any]]) -> None:

@@ -62,6 +62,10 @@ _SERVER = (
     "runpy.run_module('runtime.envs.desktop.server', run_name='__main__', alter_sys=True)"
 )
 _OWNER_LABEL = "scalecua.desktop.owner"
+_WATCH_RETRY_MAX_S = 10.0  # the longest wait between tries to reach a daemon that went away
+# Desktops this process started and has not stopped: a container of this process's that is not
+# one of them is stale (its removal failed while the daemon was away) and goes with the orphans.
+_LIVE: set[str] = set()
 
 
 def docker_url() -> str:
@@ -179,12 +183,15 @@ class DockerDesktop:
         except (RuntimeError, OSError) as exc:
             await docker.close()
             raise DesktopError(f"no host uid block for a desktop: {exc}") from exc
-        except BaseException:
+        except BaseException as exc:
             await docker.close()
+            if _is_docker_error(exc):  # the daemon gone, or refusing
+                raise DesktopError(f"docker desktop failed to start: {exc}") from exc
             raise
         desktop_id = uuid.uuid4().hex[:12]
         token = secrets.token_urlsafe(24)
         container = None
+        _LIVE.add(desktop_id)  # before its container exists: never taken for a stale one
         try:
             container = await _create(
                 docker, desktop_id, token, lease.first, width, height, memory_bytes, pids,
@@ -196,6 +203,7 @@ class DockerDesktop:
             if container is not None:
                 with contextlib.suppress(Exception):
                     await container.delete(force=True)
+            _LIVE.discard(desktop_id)
             lease.release()
             await docker.close()
             if isinstance(exc, (TimeoutError, DesktopError)) or _is_docker_error(exc):
@@ -274,18 +282,33 @@ class DockerDesktop:
             with contextlib.suppress(Exception):
                 await self._container.delete(force=True)
         finally:
+            _LIVE.discard(self.desktop_id)
             # Only now that no process runs under its ids may the block go to another desktop.
             self._lease.release()
             await self._docker.close()
 
     async def _watch_exit(self) -> None:
-        """Mark the desktop dead as soon as its container exits (killed, crashed, OOM)."""
-        try:
-            await self._container.wait(timeout=None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the daemon gone counts as the desktop gone
-            log.warning("lost track of docker desktop %s: %s", self.desktop_id, exc)
+        """Mark the desktop dead as soon as its container exits (killed, crashed, OOM).
+
+        A daemon that stops answering is not the container exiting: the container runs on
+        without it and its server still answers, so the watch waits for the daemon to answer
+        again (a restarted daemon reports the containers it stopped as exited).
+        """
+        wait = 1.0
+        while True:
+            try:
+                await self._container.wait(timeout=None)
+                break
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - DockerError, or the connection cut
+                if getattr(exc, "status", None) == 404:
+                    break  # removed: gone
+                if wait == 1.0:
+                    log.warning("lost the Docker daemon while watching desktop %s (%s); it serves "
+                                "on while its container runs", self.desktop_id, exc)  # fmt: skip
+                await asyncio.sleep(wait)
+                wait = min(2 * wait, _WATCH_RETRY_MAX_S)
         self._exited = True
         if not self._stopped:
             log.warning("docker desktop %s exited", self.desktop_id)
@@ -370,10 +393,14 @@ async def _log_tail(container: Any) -> str:
 
 
 async def _remove_orphans(docker: Any) -> None:
-    """Remove desktop containers whose owner (a process here, or a container) is gone."""
+    """Remove desktop containers whose owner (a process here, or a container) is gone, and
+    this process's own that it stopped while the daemon was away."""
+    own = await _owner(docker)
     for container in await docker.containers.list(all=True, filters={"label": [_OWNER_LABEL]}):
-        owner = container._container.get("Labels", {}).get(_OWNER_LABEL, "")
-        if not await _owner_gone(docker, owner):
+        labels = container._container.get("Labels", {})
+        owner = labels.get(_OWNER_LABEL, "")
+        stale = owner == own and labels.get("scalecua.desktop") not in _LIVE
+        if not stale and not await _owner_gone(docker, owner):
             continue
         log.info("removing docker desktop %s left by %s", container.id[:12], owner)
         with contextlib.suppress(Exception):

@@ -71,6 +71,14 @@ BAD_FLAGS = [
     (["rollout", "--context", "5", "0"], ["[rollout] context = [5, 0]", "DELTA"]),
     (["up", "--batch", "0", "--policy", "scripted"], ["[up] batch = 0", "(--batch)"]),
     (["dashboard", "--trajectories", "0"], ["[dashboard] trajectories = 0"]),
+    (
+        ["train", "--batch-groups", "99999999999999999999999"],
+        ["[train] batch_groups = 99999999999999999999999", "integer in [1, 9223372036854775807]"],
+    ),
+    (
+        ["train", "--max-lag", "9223372036854775808"],
+        ["[train] max_lag = 9223372036854775808", "integer in [-1, 9223372036854775807]"],
+    ),
 ]
 
 
@@ -90,6 +98,13 @@ def test_bad_flag_is_one_line_and_exit_2(argv: list[str], words: list[str], tmp_
         ('[train]\nskip_equal_groups = "yes"\n', ["skip_equal_groups", "true or false"]),
         ('[sample]\nstrategy = "psychic"\n', ["[sample] strategy", "choose one of"]),
         ("[sample]\np_min = 0.9\np_max = 0.1\n", ["p_min = 0.9 in scalecua.toml", "p_max"]),
+        (
+            "[train]\nbatch_groups = 99999999999999999999999\n",
+            [
+                "[train] batch_groups = 99999999999999999999999 in scalecua.toml",
+                "expected an integer in [1, 9223372036854775807]",
+            ],
+        ),
     ],
     ids=lambda v: v.replace("\n", " ").strip() if isinstance(v, str) else "",
 )
@@ -107,6 +122,13 @@ def test_bad_config_file_value_is_one_line_and_exit_2(
         ({"SCALECUA_SEGMENT_K": "-1"}, ["[segment] k = -1 in $SCALECUA_SEGMENT_K"]),
         ({"SCALECUA_ROLLOUT_TOP_P": "1.5"}, ["[rollout] top_p = 1.5", "(0, 1]"]),
         ({"SCALECUA_TRAIN_LR": "inf"}, ["[train] lr = inf", "finite"]),
+        (
+            {"SCALECUA_TRAIN_BATCH_GROUPS": "99999999999999999999999"},
+            [
+                "[train] batch_groups = 99999999999999999999999 in $SCALECUA_TRAIN_BATCH_GROUPS",
+                "expected an integer in [1, 9223372036854775807]",
+            ],
+        ),
     ],
     ids=lambda v: " ".join(f"{k}={x}" for k, x in v.items()) if isinstance(v, dict) else "",
 )
