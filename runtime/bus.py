@@ -12,6 +12,14 @@ simply goes silent is removed by the broker's session timeout, whose path clears
 leader correctly; the cost is that its partitions move after the session timeout (3 s)
 instead of at once. tests/runtime/test_group_membership.py pins both the broker's
 behaviour and the workaround.
+
+Tansu also acknowledges records produced to a topic it does not have (a restarted broker
+before `scalecua topics create`), and creating the topic afterwards starts its offsets at 0
+again over the batches it kept: the next produces to that partition fail with UnknownError,
+and records acknowledged at offsets those batches cover never show (seen: a rollout step
+counted as sent and missing from the log). A producer only learns that the topics are gone
+from a metadata answer, so after a lost connection (`_ProduceFence`) it sends nothing until
+the broker has answered a metadata request again; records then wait for their topics.
 """
 
 from __future__ import annotations
@@ -25,12 +33,14 @@ from typing import Self
 
 import aiokafka.client
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.conn import CloseReason
 from aiokafka.coordinator.assignors.abstract import AbstractPartitionAssignor
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from aiokafka.coordinator.protocol import ConsumerProtocolMemberMetadata
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, StaleMetadata
 from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.protocol.produce import ProduceRequest
 
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, SchemaError
@@ -156,6 +166,55 @@ class _Client:
         await self.stop()
 
 
+class _ProduceFence:
+    """Holds back produce requests from a lost connection until metadata is read again.
+
+    A broker restarted on the same address is reached by the next connection as if nothing
+    happened, and the producer's metadata still lists the old broker's topics (its refreshes
+    failed while the broker was away), so aiokafka would send at once. Here a produce request
+    after a connection was lost raises a retriable StaleMetadata instead: aiokafka refreshes
+    the metadata, keeps the batch, and sends it only to a partition the new answer lists.
+    """
+
+    def __init__(self, client: aiokafka.client.AIOKafkaClient) -> None:
+        self.stale = False  # a connection was lost since the last metadata answer
+        self.held = 0  # produce requests held back (each is retried by aiokafka)
+        self._said = False  # whether the current loss was logged
+        closed, send, update = (
+            client._on_connection_closed,
+            client.send,
+            client.cluster.update_metadata,
+        )
+
+        def on_closed(conn: object, reason: CloseReason | None) -> None:
+            # aiokafka closes its bootstrap connection (reason None) and its own connections
+            # at shutdown on purpose; any other close may leave a different broker behind.
+            if reason is not None and reason != CloseReason.SHUTDOWN:
+                self.stale, self._said = True, False
+            closed(conn, reason)
+
+        async def guarded_send(node_id: object, request: object, **kwargs: object) -> object:
+            if self.stale and isinstance(request, ProduceRequest):
+                if not self._said:
+                    self._said = True
+                    log.info("producer: the broker connection was lost; records wait until "
+                             "the broker has named its topics again")  # fmt: skip
+                self.held += 1
+                client.force_metadata_update()
+                raise StaleMetadata("the connection was lost: waiting for the broker's topics")
+            return await send(node_id, request, **kwargs)
+
+        def on_metadata(metadata: object) -> object:
+            # Synchronous with the answer: a request in flight when the connection broke
+            # fails instead, so an answer read after a loss came from the broker now there.
+            self.stale = False
+            return update(metadata)
+
+        client._on_connection_closed = on_closed
+        client.send = guarded_send
+        client.cluster.update_metadata = on_metadata
+
+
 class EventProducer(_Client):
     """Sends registry events (or raw bytes) to topics, keyed by the registry's key field."""
 
@@ -175,6 +234,7 @@ class EventProducer(_Client):
         )
         super().__init__(settings, producer)
         self._producer = producer
+        self._fence = _ProduceFence(producer.client)  # see the module doc
 
     async def send(self, topic_name: str, event: Event, key: bytes | None = None) -> asyncio.Future:
         """Queue one event; return a future that resolves when the broker acknowledges it."""
@@ -385,6 +445,8 @@ class EventConsumer(_Client):
         the end; return them."""
         tps = [tp for name in topic_names for tp in await self.partitions_of(name)]
         self._consumer.assign(tps)
+        if not tps:  # the topics do not exist (yet): aiokafka's seeks refuse no partitions
+            return tps
         if from_beginning:
             await self._consumer.seek_to_beginning(*tps)
         else:

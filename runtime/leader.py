@@ -30,7 +30,11 @@ one member. Only that member runs the role's processor on a `ServiceRunner`.
   back and the role's last `leaders` record is still its own term, nobody acted in between,
   and it restarts a runner on the processor it kept (no state lost: in-flight work stays
   counted). Otherwise it closes its term and opens a new one, which rebuilds the state from
-  the log.
+  the log. One exception: when the log holds no term of the role at all, its own term's
+  acknowledged record is gone with the log it was in (a restarted in-memory broker), and
+  nobody has acted in the new one; it writes its term there and goes on with the state it
+  kept (the sampler keeps its task pool, as live tables keep their rows), telling the
+  processor of the new log (`on_new_log`) as a runner does.
 
 The election consumer uses `BusSettings`' group timeouts (on the embedded broker a JoinGroup
 is held for half the session timeout, so a lone member is elected in about that long).
@@ -41,7 +45,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -59,11 +65,12 @@ from aiokafka.errors import KafkaError
 from runtime.bus import EventConsumer, EventProducer, partition_counts
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, InfrastructureError
+from runtime.runs import ensure_run
 from runtime.service import Processor, ServiceRunner
 from topics.events import Leadership
 from topics.registry import LEADERS
 
-__all__ = ["SingletonService", "election_group"]
+__all__ = ["SingletonService", "RoleLease", "election_group"]
 
 log = logging.getLogger(__name__)
 
@@ -84,9 +91,11 @@ class _StickyLeader(AbstractPartitionAssignor):
     name = "scalecua-sticky-leader"
     version = 0
 
-    def __init__(self) -> None:
+    def __init__(self, who: str = "") -> None:
         self.claim = 0  # while holding: when its hold began (ms), so the newest claim wins
         self.cluster: Callable[[], ClusterMetadata] | None = None  # the member's metadata view
+        self.who = who.replace(";", ",")  # how this member names itself to the others
+        self.holder = ""  # how the holder named itself, as the last assignment says
 
     def metadata(self, topics: Iterable[str]) -> ConsumerProtocolMemberMetadata:  # type: ignore[override]
         """Return this member's subscription, with its claim and the partitions it sees.
@@ -95,26 +104,33 @@ class _StickyLeader(AbstractPartitionAssignor):
         the embedded broker needs to start a new generation (see runtime/bus.py).
         """
         data = str(self.claim) if self.claim else ""
-        if self.cluster is not None:
-            data += ";" + partition_counts(self.cluster(), topics)
+        if self.cluster is not None or self.who:
+            data += ";" + (partition_counts(self.cluster(), topics) if self.cluster else "")
+        if self.who:
+            data += ";" + self.who
         return ConsumerProtocolMemberMetadata(self.version, sorted(topics), data.encode())
 
     def assign(  # type: ignore[override]
         self, cluster: ClusterMetadata, members: Mapping[str, ConsumerProtocolMemberMetadata]
     ) -> dict[str, ConsumerProtocolMemberAssignment]:
-        """Give every subscribed partition to the holder (or the smallest member id)."""
+        """Give every subscribed partition to the holder (or the smallest member id); tell
+        every member how the holder names itself."""
         claims = {m: _claim(meta.user_data) for m, meta in members.items()}
         claimed = [m for m, c in claims.items() if c]
         holder = max(claimed, key=lambda m: (claims[m], m)) if claimed else min(members)
         topics = sorted({t for meta in members.values() for t in meta.subscription})
         layout = [(t, sorted(cluster.partitions_for_topic(t) or ())) for t in topics]
+        who = _who(members[holder].user_data) or f"member {holder}"
         return {
-            m: ConsumerProtocolMemberAssignment(self.version, layout if m == holder else [], b"")
+            m: ConsumerProtocolMemberAssignment(
+                self.version, layout if m == holder else [], who.encode()
+            )
             for m in members
         }
 
     def on_assignment(self, assignment: ConsumerProtocolMemberAssignment) -> None:  # type: ignore[override]
-        """Nothing to do: the rebalance listener tracks the hold."""
+        """Note how the holder names itself (the rebalance listener tracks the hold)."""
+        self.holder = (assignment.user_data or b"").decode(errors="replace")
 
 
 def _claim(data: bytes | None) -> int:
@@ -122,6 +138,11 @@ def _claim(data: bytes | None) -> int:
         return int((data or b"").split(b";")[0] or b"0")
     except ValueError:  # a member of another version: no claim
         return 0
+
+
+def _who(data: bytes | None) -> str:
+    fields = (data or b"").split(b";")
+    return fields[2].decode(errors="replace") if len(fields) > 2 else ""
 
 
 class _Listener(ConsumerRebalanceListener):
@@ -269,7 +290,11 @@ class SingletonService:
             self._assignor.claim = int(time.time() * 1000)
         elif not held:
             self._assignor.claim = 0
-        self._held, self._lost = held, not held
+        # A partition the log does not have yet (a restarted broker before `topics create`)
+        # goes to nobody: the term is not lost to another member.
+        cluster = self._consumer._client.cluster if self._consumer is not None else None
+        exists = cluster is None or bool(cluster.partitions_for_topic(LEADERS))
+        self._held, self._lost = held, not held and exists
         self._changed.set()
 
     async def _stand_down(self) -> None:
@@ -281,8 +306,11 @@ class SingletonService:
 
     # -- terms -------------------------------------------------------------------------
     async def _take_over(self) -> None:
-        if self._term_stack is not None and await self._last_term() == self.term:
+        last = await self._last_term() if self._term_stack is not None else None
+        if self._term_stack is not None and last == self.term:
             log.info("%s: still term %s; resuming with the state kept", self.role, self.term)
+        elif self._term_stack is not None and last is None:
+            await self._carry_term_over()
         else:
             await self._close_term()
             await self._open_term()
@@ -306,6 +334,19 @@ class SingletonService:
         self._term_stack, self.term = stack, term
         self.terms += 1
         log.info("%s: active (term %s)", self.role, term)
+
+    async def _carry_term_over(self) -> None:
+        """Go on with the open term in a log that replaced the one it was opened in."""
+        async with EventProducer(self.settings) as producer:  # acknowledged before acting
+            await producer.send_and_wait(LEADERS, Leadership(role=self.role, term=self.term))
+        # The topics exist now; the run record may still be on its way (first record wins).
+        run_id = (await ensure_run(self.settings)).run_id
+        log.warning("%s: the log changed under this service (run %s, without term %s: a "
+                    "restarted broker?); the term goes on in it with the state it kept",
+                    self.role, run_id, self.term)  # fmt: skip
+        hook = getattr(self.processor, "on_new_log", None)
+        if hook is not None:
+            await hook(run_id)
 
     async def _close_term(self) -> None:
         if self._term_stack is not None:
@@ -364,3 +405,124 @@ async def _bounded(coro, timeout_s: float, what: str):  # noqa: ANN001, ANN202 -
         raise BrokerTimeout(f"{what} did not finish within {timeout_s:.0f}s") from exc
     except KafkaError as exc:
         raise BrokerError(f"{what} failed: {exc}") from exc
+
+
+class RoleLease:
+    """A singleton role held by a service that refuses to start beside another instead of
+    waiting as a standby (the trainer: its callers drive its runner from the start).
+
+        lease = await RoleLease(settings, "trainer").join()
+        if not lease.held:
+            raise ConfigError(f"another trainer is active: {lease.holder}")
+        ...  # act until `lease.lost` is set; then `await lease.release()`
+
+    It joins the role's election as a `SingletonService` member does, naming itself (host and
+    pid unless told) in its JoinGroup metadata, and the assignor tells every member how the
+    holder named itself. A member given nothing while the election topic exists is not the
+    holder. While held, `lost` is set if the role goes to another member (this process
+    stalled past the session timeout): the service must stop acting.
+    """
+
+    def __init__(self, settings: BusSettings, role: str, who: str | None = None) -> None:
+        self.settings = settings
+        self.role = role
+        self.who = who or f"{socket.gethostname()} pid {os.getpid()}"
+        self.held = False
+        self.lost = asyncio.Event()  # set when the role went to another member
+        self._assignor = _StickyLeader(self.who)
+        self._decided = asyncio.Event()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._poll: asyncio.Task | None = None
+
+    @property
+    def holder(self) -> str:
+        """How the member holding the role names itself (this one's name when held)."""
+        return self.who if self.held else self._assignor.holder or "another member"
+
+    async def join(self, timeout_s: float = 60.0) -> RoleLease:
+        """Join the role's election and return once it says who holds the role."""
+        s = self.settings
+        consumer = self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            client_id=s.client_id,
+            group_id=election_group(self.role),
+            enable_auto_commit=False,
+            auto_offset_reset="latest",
+            session_timeout_ms=s.session_timeout_ms,
+            heartbeat_interval_ms=s.heartbeat_interval_ms,
+            rebalance_timeout_ms=s.rebalance_timeout_ms,
+            fetch_max_wait_ms=s.fetch_max_wait_ms,
+            request_timeout_ms=s.request_timeout_ms,
+            metadata_max_age_ms=s.metadata_max_age_ms,
+            partition_assignment_strategy=(self._assignor,),
+        )
+        self._assignor.cluster = lambda: consumer._client.cluster
+        try:
+            await _bounded(consumer.start(), s.connect_timeout_s, "connecting")
+            consumer.subscribe([LEADERS], listener=_LeaseListener(self))
+            self._poll = asyncio.create_task(self._keep_polling(consumer))
+            await _bounded(self._decided.wait(), timeout_s, f"the {self.role} election")
+        except BaseException:
+            await self.release()
+            raise
+        if self.held:
+            log.info("%s: this process (%s) holds the role", self.role, self.who)
+        return self
+
+    async def release(self) -> None:
+        """Leave the election: the role passes to the next member that joins."""
+        if self._poll is not None:
+            self._poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poll
+            self._poll = None
+        if self._consumer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._consumer.stop(), 10)
+            self._consumer = None
+
+    def _assigned(self, assigned: set[TopicPartition]) -> None:
+        held = any(tp.topic == LEADERS for tp in assigned)
+        consumer = self._consumer
+        if consumer is None:
+            return
+        if held:
+            consumer.pause(*assigned)  # held, not read
+            self._assignor.claim = self._assignor.claim or int(time.time() * 1000)
+        # A partition the log does not have yet (a broker before `topics create`) goes to
+        # nobody: it says nothing about another member; nor does an assignment that still
+        # names this member the holder.
+        exists = bool(consumer._client.cluster.partitions_for_topic(LEADERS))
+        another = exists and self._assignor.holder != self._assignor.who
+        if not self._decided.is_set():
+            if held or another:
+                self.held = held
+                self._decided.set()
+        elif self.held and not held and another:
+            self.held = False
+            self._assignor.claim = 0
+            log.error("%s: the role went to another member (%s); this process stops acting",
+                      self.role, self._assignor.holder)  # fmt: skip
+            self.lost.set()
+
+    async def _keep_polling(self, consumer: AIOKafkaConsumer) -> None:
+        """Poll the paused partition: aiokafka leaves a group whose consumer is not polled."""
+        while True:
+            try:
+                await consumer.getmany(timeout_ms=1000)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a broker hiccup: the group protocol retries by itself
+                log.warning("%s: election poll failed: %s", self.role, exc)
+                await asyncio.sleep(1.0)
+
+
+class _LeaseListener(ConsumerRebalanceListener):
+    def __init__(self, lease: RoleLease) -> None:
+        self.lease = lease
+
+    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Nothing to stop: the holder keeps its claim, and the sticky assignor the role."""
+
+    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        self.lease._assigned(assigned)

@@ -25,6 +25,7 @@ import signal
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from shlex import quote
 from typing import Any
 
 import orjson
@@ -34,10 +35,11 @@ from runtime.broker import EmbeddedBroker, create_topics
 from runtime.cli.bus_tools import start_embedded
 from runtime.config import BusSettings, broker_state_file, home_dir
 from runtime.errors import ConfigError
-from runtime.runs import ensure_run, run_resolver
+from runtime.runs import RunWatch, ensure_run, log_ends, log_history, run_resolver
 from runtime.service import ServiceRunner
 from runtime.service_logs import ServiceLogs, as_service
 from runtime.up_console import UpConsole
+from topics.events import RunStarted
 
 __all__ = ["UpConfig", "run_up"]
 
@@ -77,7 +79,9 @@ async def _start_broker(
         if resume:
             raise ConfigError("--resume re-seeds a fresh embedded broker; a cluster keeps its log")
         await create_topics(explicit)
-        run = await ensure_run(BusSettings(bootstrap=explicit), origin="cluster")
+        settings = BusSettings(bootstrap=explicit)
+        run = await ensure_run(settings, origin="cluster")
+        _refuse_history(explicit, run, await log_history(settings))
         _say(f"using the Kafka cluster at {explicit} (run {run.run_id})")
         return explicit, None
     broker, _ = await start_embedded(None, resume, archive)
@@ -87,6 +91,25 @@ async def _start_broker(
     _say(f"embedded broker at {broker.bootstrap}, run {broker.run_id} "
          "(other shells: scalecua tail reward)")  # fmt: skip
     return broker.bootstrap, broker
+
+
+def _refuse_history(bootstrap: str, run: RunStarted, history: dict[str, int]) -> None:
+    """Refuse a log that already holds a run's records: `up` would take them for its own."""
+    # Every reader of the stack starts at the log's beginning (or its groups' commits there):
+    # the console counted another trainer's updates as iterations, the worker played
+    # another trainer's newest policy, the services resumed another run's groups. What a
+    # resumed log was re-seeded with (`scalecua broker --resume`) is where its run starts.
+    written = {t: n - run.seeded.get(t, 0) for t, n in history.items()}
+    held = ", ".join(f"{n} {name}" for name, n in written.items() if n > 0)
+    if not held:
+        return
+    raise ConfigError(
+        f"the log at {bootstrap} already holds run {run.run_id}'s records ({held}): `up` runs "
+        "a training run of its own and would take them for its own. Give it a log of its own "
+        "(an empty cluster, or no --bootstrap: the embedded broker; `--resume` re-seeds one "
+        "from the archive), or go on with that run by starting its services (scalecua rollout, "
+        f"judge, segment, sample and train --bootstrap {bootstrap})"
+    )
 
 
 def _checkpoint_root(explicit: str | None, run_id: str, resumed_from: str | None) -> str:
@@ -104,10 +127,22 @@ def _checkpoint_root(explicit: str | None, run_id: str, resumed_from: str | None
 class _Progress:
     """Follows `reward`, `trajectory-complete` and `policy-updates`: one row per iteration."""
 
-    def __init__(self, settings: BusSettings, iterations: int, judge_version: str) -> None:
+    TOPICS = ("reward", "trajectory-complete", "policy-updates")
+
+    def __init__(
+        self,
+        settings: BusSettings,
+        iterations: int,
+        judge_version: str,
+        starts: dict[Any, int] | None = None,
+    ) -> None:
         self.settings = settings
         self.iterations = iterations
         self.judge_version = judge_version
+        # Where the run's own records begin (log_ends before any service wrote): what is
+        # below is another run's (a resumed run's re-seeded update is not an iteration).
+        self.starts = starts or {}
+        self.run_check_interval_s = 5.0  # how often the log's run is re-read
         self.started = time.monotonic()
         self.rows: list[dict[str, Any]] = []
         self.rewards: list[Any] = []  # every reward of this judge version
@@ -123,27 +158,46 @@ class _Progress:
         self.warm_rows: list[dict[str, Any]] = []
 
     async def run(self) -> None:
-        """Read the topics from the start until cancelled."""
+        """Read the topics from the run's start until cancelled, and a new log from its own."""
         from runtime.bus import EventConsumer
+
+        topics = list(self.TOPICS)
+        watch = await RunWatch(self.settings).start()
+        try:
+            async with EventConsumer(self.settings, topics, group_id=None) as consumer:
+                for tp in await consumer.read_all(*topics):
+                    if self.starts.get(tp):
+                        consumer.raw.seek(tp, self.starts[tp])
+                checked = time.monotonic()
+                while True:
+                    self._read(await consumer.getmany(timeout_ms=500))
+                    if time.monotonic() - checked >= self.run_check_interval_s:
+                        checked = time.monotonic()
+                        # A restarted broker's log starts at 0 again: positions of the old
+                        # one would skip its first records (the console stood still).
+                        if await watch.verdict() == RunWatch.CHANGED:
+                            watch.accept()
+                            for tp in consumer.raw.assignment():
+                                consumer.raw.seek(tp, 0)
+        finally:
+            await watch.stop()
+
+    def _read(self, records: list[Any]) -> None:
         from topics.events import PolicyUpdate, Reward, TrajectoryComplete
 
-        topics = ["reward", "trajectory-complete", "policy-updates"]
-        async with EventConsumer(self.settings, topics, group_id=None) as consumer:
-            await consumer.read_all(*topics)
-            while True:
-                for record in await consumer.getmany(timeout_ms=500):
-                    event = record.event
-                    if isinstance(event, Reward) and event.judge_version == self.judge_version:
-                        self.rewards.append(event)
-                        self._since.append(event)
-                        self.trajectories_by_version[event.policy_version] += 1
-                    elif isinstance(event, TrajectoryComplete):
-                        self.played += 1
-                    elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
-                        self._iteration(event)
-                        if self.last_version >= self._wanted:
-                            self._shown.set()
-                _console.counts(played=self.played, scored=len(self.rewards))
+        for record in records:
+            event = record.event
+            if isinstance(event, Reward) and event.judge_version == self.judge_version:
+                self.rewards.append(event)
+                self._since.append(event)
+                self.trajectories_by_version[event.policy_version] += 1
+            elif isinstance(event, TrajectoryComplete):
+                self.played += 1
+            elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
+                self._iteration(event)
+                if self.last_version >= self._wanted:
+                    self._shown.set()
+        _console.counts(played=self.played, scored=len(self.rewards))
 
     def _elapsed(self) -> str:
         seconds = int(time.monotonic() - self.started)
@@ -294,13 +348,14 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     log_dir = home_dir() / "runs" / run.run_id / "logs"
     if logs is not None:
         logs.open(log_dir)
-        _say(f"service logs: {log_dir}/<service>.log (warnings and errors also here)")
+        _say(f"service logs: {quote(str(log_dir))}/<service>.log (warnings and errors also here)")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     archiver = Archiver(ArchiverConfig(root=archive), run_resolver(settings))
-    progress = _Progress(settings, config.iterations, train_args.judge_version)
+    starts = await log_ends(settings, _Progress.TOPICS)
+    progress = _Progress(settings, config.iterations, train_args.judge_version, starts)
     tasks: dict[str, asyncio.Task] = {}
     runners: dict[str, ServiceRunner] = {}
     outcome, url, checkpoints = "failed", None, None
@@ -313,7 +368,7 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
 
             start("archiver", ServiceRunner(archiver, settings, metrics_interval_s=60))
             await asyncio.wait_for(runners["archiver"].ready.wait(), 60)
-            _say(f"archiver writing every topic to {archive}")
+            _say(f"archiver writing every topic to {quote(archive)}")
             ids = await _publish_pool(settings, config)
 
             judge_args = svc["judge"]
@@ -364,7 +419,8 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
             ranks = f" on {train_args.nproc} ranks" if train_args.nproc > 1 else ""
             _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}{ranks}, "
                  f"{trainer_cfg.batch_groups} groups per step, from version "
-                 f"{trainer_runner.processor.version}; checkpoints in {checkpoints}")  # fmt: skip
+                 f"{trainer_runner.processor.version}; "
+                 f"checkpoints in {quote(str(checkpoints))}")  # fmt: skip
 
             sample_args = svc["sample"]
             sampler_cfg = sampler_config(sample_args)
@@ -378,6 +434,8 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
             _say(f"sampler: {sampler_cfg.frontier.strategy}, B={sampler_cfg.batch_tasks} tasks "
                  f"x n={sampler_cfg.group_size} rollouts, at most {sampler_cfg.max_steps} turns")  # fmt: skip
 
+            # The worker adopts only this run's checkpoints, whatever else the log announces.
+            rollout_config = _replace(rollout_config, checkpoints=checkpoints)
             with as_service("rollout"):
                 start("rollout", await stack.enter_async_context(
                     rollout_service(settings, rollout_config, player, blobs)))  # fmt: skip
@@ -421,12 +479,12 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
                 broker_state_file().unlink()
     final = progress.last_uri
     if final:
-        _say(f"trained checkpoint: {final}")
-        _say(f"  evaluate it: scalecua eval --policy {final} --split heldout --n 20")
-    _say(f"archive: {archive} (run {archiver.run_id}); see it: scalecua dashboard --archive "
-         f"{archive} --run {archiver.run_id}")  # fmt: skip
+        _say(f"trained checkpoint: {quote(final)}")
+        _say(f"  evaluate it: scalecua eval --policy {quote(final)} --split heldout --n 20")
+    _say(f"archive: {quote(archive)} (run {archiver.run_id}); see it: scalecua dashboard "
+         f"--archive {quote(archive)} --run {archiver.run_id}")  # fmt: skip
     if logs is not None:
-        _say(f"service logs: {log_dir}")
+        _say(f"service logs: {quote(str(log_dir))}")
     summary = {
         "outcome": outcome,
         "warm_start": progress.warm_rows,
@@ -442,7 +500,7 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
         "run": archiver.run_id,
         "archived_rows": archiver.rows_written,
         "seconds": round(time.monotonic() - started, 1),
-        "replay": f"scalecua replay reward --archive {archive} --run {archiver.run_id} "
+        "replay": f"scalecua replay reward --archive {quote(archive)} --run {archiver.run_id} "
         "--out rewards.parquet",
     }
     print(orjson.dumps(summary).decode(), flush=True)

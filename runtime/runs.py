@@ -33,6 +33,9 @@ __all__ = [
     "current_run",
     "RunWatch",
     "ensure_run",
+    "log_ends",
+    "RUN_TOPICS",
+    "log_history",
     "run_resolver",
     "reseed_events",
     "reseed_from_archive",
@@ -166,6 +169,44 @@ async def ensure_run(
     if run is None:
         raise BrokerTimeout(f"the run record written to `{RUNS}` is not readable back")
     return run
+
+
+# What a training run writes (its inputs, `tasks` and VeriGen's topics, may come before it).
+RUN_TOPICS = (
+    "rollout-requests", "rollout-step", "trajectory-complete", "reward", "segment-ready",
+    "task-stats", "policy-updates", "leaders",
+)  # fmt: skip
+
+
+async def log_ends(
+    settings: BusSettings, topics: Iterable[str], timeout_s: float = 30.0
+) -> dict[TopicPartition, int]:
+    """Return the end (the next offset) of every partition of `topics`, without reading them.
+
+    The fetch high-watermark of one fetch per partition, not `end_offsets()`, which Tansu
+    reports wrong.
+    """
+    names = list(topics)
+    async with EventConsumer(settings, names, group_id=None) as consumer:
+        tps = await consumer.read_all(*names)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            ends = {tp: consumer.raw.highwater(tp) for tp in tps}
+            if all(end is not None for end in ends.values()):
+                return ends
+            if time.monotonic() > deadline:
+                raise BrokerTimeout(
+                    f"the ends of {', '.join(names)} were not read in {timeout_s:g} s"
+                )
+            await consumer.getmany(timeout_ms=100, max_records=1)
+
+
+async def log_history(settings: BusSettings) -> dict[str, int]:
+    """Return how many records each topic a run writes holds, for the topics holding any."""
+    counts: dict[str, int] = {}
+    for tp, end in (await log_ends(settings, RUN_TOPICS)).items():
+        counts[tp.topic] = counts.get(tp.topic, 0) + end
+    return {name: n for name, n in counts.items() if n}
 
 
 def reseed_events(rows: Iterable[tuple[int, int, Event]], mode: str) -> list[Event]:

@@ -84,6 +84,7 @@ DEAD_LETTER_VALUE_CAP = 256 << 10  # bytes of the original record a dead letter 
 _DEAD_LETTER_KEY_CAP = 1 << 10
 _DEAD_LETTER_ERROR_CAP = 8 << 10
 _RECORD_OVERHEAD = 512  # bytes a record's framing adds to its key and value
+_FRESH_FETCH_S = 5.0  # read_to_end trusts a partition's end fetched at most this long ago
 # Errors of one record that resending cannot fix; anything else from the broker is retried.
 _RECORD_LEVEL_ERRORS = (MessageSizeTooLargeError,)
 
@@ -104,8 +105,10 @@ class Processor(Protocol):
     belongs in tasks a stateful processor starts and reports from `tick`. Optional
     attributes: `dedup = True` (drop records whose dedup id was handled), `co_partitioned =
     True` (its topics are keyed alike: a member gets the same partition numbers of each),
-    `wants() -> int` (how many more records it can take now; 0 pauses fetching) and, with
-    dedup, `remember(record)` (see a record handled before the committed offset).
+    `wants() -> int` (how many more records it can take now; 0 pauses fetching), with
+    dedup, `remember(record)` (see a record handled before the committed offset), and
+    `bind_reader(read_to_end)` (given the runner's `read_to_end`, to tell a record not read
+    yet from one the log does not hold).
     """
 
     name: str  # also the consumer group id
@@ -265,6 +268,9 @@ class ServiceRunner:
 
         self.exporter = ServiceMetricsExporter(self.processor.name, self.metrics_snapshot)
         self._process_seconds = self.exporter.process_seconds
+        bind_reader = getattr(processor, "bind_reader", None)
+        if bind_reader is not None:
+            bind_reader(self.read_to_end)
 
     def stop(self) -> None:
         """Ask the runner to finish the current batch, flush, commit and exit."""
@@ -500,6 +506,20 @@ class ServiceRunner:
             if polled is None or polled < fresh:
                 return False
         return await self.consumer.at_end(assignment)
+
+    async def read_to_end(self, tp: TopicPartition) -> bool:
+        """Whether every record of an assigned partition up to its end was handed over.
+
+        The end is the high-watermark of a fetch answered in the last few seconds: one older
+        than that (the broker away) says nothing about what the log holds now.
+        """
+        consumer = self.consumer.raw if self.consumer is not None else None
+        if consumer is None or tp not in consumer.assignment() or tp in self._stale:
+            return False
+        polled = consumer.last_poll_timestamp(tp)
+        if polled is None or time.time() * 1000 - polled > 1000 * _FRESH_FETCH_S:
+            return False
+        return await self.consumer.at_end([tp])
 
     def lag(self) -> int:
         """Return how many records of the assigned partitions are not yet processed."""

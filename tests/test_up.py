@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -15,7 +16,12 @@ import pyarrow.parquet as pq
 import pytest
 from playwright.async_api import async_playwright
 
+from runtime.broker import EmbeddedBroker
+from runtime.bus import EventProducer
+from runtime.config import BusSettings
+from tests.bus_reading import read_records
 from tests.consumers.dashboard.harness import CHROMIUM, CHROMIUM_ARGS, until
+from topics.events import Event, PolicyUpdate, Reward, RunStarted, TaskEvent, TrajectoryComplete
 
 TASKS = ["terminal_write_greeting", "terminal_mkdir_projects"]
 
@@ -112,3 +118,133 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     assert max(r["policy_version"] for r in rewards) >= 1
     checkpoint = Path(summary["checkpoint"].removeprefix("file://"))
     assert (checkpoint / "config.json").is_file()
+
+
+async def _write(settings: BusSettings, events: list[tuple[str, Event]]) -> None:
+    async with EventProducer(settings) as producer:
+        await producer.wait_acks([await producer.send(name, e) for name, e in events])
+
+
+async def test_up_refuses_a_log_that_holds_another_run_s_records(
+    broker: EmbeddedBroker, cli_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Issue 30, finding 11: `up --bootstrap` on a log with history took another trainer's
+    updates for its iterations and its worker played that trainer's policy. It refuses, with
+    the reason, before it starts anything; a log that holds only tasks is its own."""
+    from runtime.local_stack import _start_broker
+
+    settings = BusSettings(bootstrap=broker.bootstrap)
+    await _write(settings, [("tasks", TaskEvent(task_id="t0", task={"id": "t0"}))])
+    assert await _start_broker(broker.bootstrap, None, str(tmp_path / "archive")) == (
+        broker.bootstrap, None,
+    )  # fmt: skip
+    old = PolicyUpdate(policy_version=2, checkpoint_uri="file:///another/run/v000002")
+    reward = Reward(trajectory_id="g/0@1", task_id="t0", group_id="g", group_size=1, score=1.0)
+    await _write(settings, [("policy-updates", old), ("reward", reward)])
+    env = {**cli_env, "SCALECUA_HOME": str(tmp_path)}
+    env.pop("SCALECUA_CONFIG", None)
+    argv = [sys.executable, "-m", "runtime.cli", "up", "--bootstrap", broker.bootstrap,
+            "--policy", "tiny", "--iterations", "1", "--batch", "1", "--n", "2",
+            "--no-dashboard", "--tasks", *TASKS]  # fmt: skip
+    res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1, res.stderr[-3000:]
+    error = [line for line in res.stderr.splitlines() if line.startswith("scalecua: error:")]
+    assert len(error) == 1 and "Traceback" not in res.stderr, res.stderr[-3000:]
+    assert f"the log at {broker.bootstrap} already holds run {broker.run_id}'s records" in error[0]
+    assert "1 reward, 1 policy-updates" in error[0] and "tasks" not in error[0].split(")")[0]
+    tasks = await read_records(settings, "tasks", 2, timeout=2)
+    assert len(tasks) == 1  # nothing was started: its pool was not imported
+
+
+async def test_up_s_progress_shows_only_updates_written_after_it_started(
+    broker: EmbeddedBroker,
+) -> None:
+    """The console's iterations, and the checkpoint its summary names, are the run's own: an
+    update already in the log (another run's, or a resumed run's re-seeded one) is not."""
+    from runtime.local_stack import _Progress
+    from runtime.runs import log_ends
+
+    settings = BusSettings(bootstrap=broker.bootstrap)
+    old = PolicyUpdate(policy_version=2, checkpoint_uri="file:///another/run/v000002")
+    await _write(settings, [("policy-updates", old)])
+    progress = _Progress(settings, 3, "v1", await log_ends(settings, _Progress.TOPICS))
+    task = asyncio.create_task(progress.run())
+    try:
+        mine = PolicyUpdate(policy_version=1, checkpoint_uri="file:///mine/v000001")
+        await _write(settings, [("policy-updates", mine)])
+        async with asyncio.timeout(30):
+            while not progress.rows:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # anything else it would read has been read by now
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert [(r["iteration"], r["policy_version"]) for r in progress.rows] == [(1, 1)]
+    assert progress.last_uri == mine.checkpoint_uri
+
+
+async def test_up_takes_a_resumed_log_s_reseeded_records_as_where_its_run_starts(
+    bare_broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """`scalecua broker --resume` re-seeds a log (task-stats, the last policy update): `up`
+    against it is that run, not a log with another run's history; one more record is."""
+    from runtime.broker import create_topics
+    from runtime.errors import ConfigError
+    from runtime.local_stack import _start_broker
+
+    settings = BusSettings(bootstrap=bare_broker.bootstrap)
+    await create_topics(bare_broker.bootstrap)
+    resumed = RunStarted(run_id="r2", resumed_from="r1", seeded={"policy-updates": 1})
+    update = PolicyUpdate(policy_version=3, checkpoint_uri="file:///r1/v000003")
+    await _write(settings, [("runs", resumed), ("policy-updates", update)])
+    archive = str(tmp_path / "archive")
+    assert await _start_broker(bare_broker.bootstrap, None, archive) == (
+        bare_broker.bootstrap, None,
+    )  # fmt: skip
+    later = PolicyUpdate(policy_version=4, checkpoint_uri="file:///elsewhere/v000004")
+    await _write(settings, [("policy-updates", later)])
+    with pytest.raises(ConfigError, match=r"already holds run r2's records \(1 policy-updates\)"):
+        await _start_broker(bare_broker.bootstrap, None, archive)
+
+
+async def test_up_s_progress_follows_a_restarted_broker_to_its_new_log(tmp_path: Path) -> None:
+    """After a broker restart the console read the new log at the old log's positions, so it
+    showed the same rollouts played for minutes (issue 30, finding 7); it reads the new log
+    from its beginning."""
+    from runtime.local_stack import _Progress
+    from runtime.runs import log_ends
+
+    first = await EmbeddedBroker(log_file=tmp_path / "first.log").start()
+    settings = BusSettings(bootstrap=first.bootstrap)
+    second: EmbeddedBroker | None = None
+
+    def completes(n: int) -> list[tuple[str, Event]]:  # one request id: one partition
+        return [("trajectory-complete", TrajectoryComplete(
+            trajectory_id=f"g/0@{i}", status="done", num_steps=1, request_id="g/0",
+        )) for i in range(n)]  # fmt: skip
+
+    progress = _Progress(settings, 3, "v1", await log_ends(settings, _Progress.TOPICS))
+    progress.run_check_interval_s = 0.5
+    task = asyncio.create_task(progress.run())
+    try:
+        await _write(settings, completes(4))
+        async with asyncio.timeout(30):
+            while progress.played < 4:
+                await asyncio.sleep(0.05)
+        first._proc.kill()
+        first._proc.wait(5)
+        second = await EmbeddedBroker(port=first.port, log_file=tmp_path / "second.log").start()
+        await _write(settings, completes(2))  # offsets 0-1, below the old log's 4
+        async with asyncio.timeout(30):
+            while progress.played < 6:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)
+        assert progress.played == 6
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        first.stop()
+        if second is not None:
+            second.stop()

@@ -39,6 +39,12 @@ four groups all 0, no step in an hour).
 If the sampler restarts, batches it wrote before the crash are no longer counted in
 flight; their groups still finish and update the stats, and at most `max_in_flight` extra
 batches may be requested meanwhile.
+
+If the log itself is replaced (a restarted in-memory broker comes back empty), the active
+sampler goes on in the new log with the pool and stats it has (runtime/leader.py keeps its
+term): the batches it wrote into the old log went with it, and so did the trainer's
+unfinished steps on them, so none of them counts in flight or ahead any more, and the next
+batch is requested into the new log at once.
 """
 
 from __future__ import annotations
@@ -115,6 +121,8 @@ class Sampler:
         self.policy_version = 0
         self.trainer_steps = 0  # policy updates seen since this sampler started
         self.batches = 0  # batches written by this run
+        self._written_off = 0.0  # batches' worth of groups gone with a replaced log
+        self._log_run: str | None = None  # the new log it was last told of
         self._unfinished: dict[int, set[str]] = {}  # batch -> its group ids not yet finished
         self._groups: dict[str, _Group] = {}
         self._benchmark: set[str] = set()
@@ -260,14 +268,18 @@ class Sampler:
             out += self._next_batch()
         return out
 
+    def _ahead(self) -> float:
+        """Batches requested beyond the trainer's steps."""
+        ahead = self.batches - self.trainer_steps - self._written_off
+        if self.config.refill_unusable:  # in batches' worth of groups the trainer will step on
+            ahead -= self.unusable_groups / self.config.batch_tasks
+        return ahead
+
     def _room(self) -> bool:
         c = self.config
         if c.max_batches is not None and self.batches >= c.max_batches:
             return False
-        ahead = self.batches - self.trainer_steps
-        if c.refill_unusable:  # in batches' worth of groups the trainer will step on
-            ahead -= self.unusable_groups / c.batch_tasks
-        return len(self._unfinished) < c.max_in_flight and ahead < c.max_ahead
+        return len(self._unfinished) < c.max_in_flight and self._ahead() < c.max_ahead
 
     def _next_batch(self) -> list[Output]:
         """Choose B tasks (unseen ones first) and write n requests for each."""
@@ -316,12 +328,17 @@ class Sampler:
         return []
 
     async def on_new_log(self, run_id: str | None) -> None:
-        """The log was replaced (a restarted broker): requests in flight went with the old one."""
-        log.warning("sampler: a new log (run %s): %d batches in flight are forgotten",
-                    run_id, len(self._unfinished))  # fmt: skip
+        """The log was replaced (a restarted broker): requests in flight went with the old one,
+        and so did the trainer's steps on them; the pool and its stats stay."""
+        if run_id is not None and run_id == self._log_run:
+            return  # told again (by its runner and by the election) of the same new log
+        self._log_run = run_id
+        log.warning("sampler: a new log (run %s): %d batches in flight are forgotten; %d "
+                    "tasks kept", run_id, len(self._unfinished), len(self.pool))  # fmt: skip
         self._unfinished.clear()
         self._groups.clear()
         self._requested_unseen.clear()
+        self._written_off += self._ahead()  # none of them will be trained on
 
     def stats(self) -> dict[str, float]:
         """Counters for the runner's metrics line and /metrics."""

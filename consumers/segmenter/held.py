@@ -9,6 +9,10 @@ released by the service (`consumers/segmenter/service.py`) with the reason:
   than one rollout or a sample index outside its group;
 - **contradictions** (`conflict`), released at once: a step numbered at or past its
   completion's step count, two different records for one step, two different completions;
+- **steps missing from the log** (`gap_since`): the completion is in, steps it counts are
+  not, and the log holds everything written up to the completion on the steps' partition
+  (read past the completion's time, or to the partition's end); a short grace then
+  releases it with the missing step numbers;
 - **missing partners** (`idle_s`): nothing more of the trajectory for a bound of idle time.
   Idle is measured on two clocks and the lesser counts: the wall-clock time since its last
   record reached the segmenter, and the event time the stream has moved on since (the
@@ -44,6 +48,9 @@ class HeldTrajectory:
     last_seen: float = 0.0  # monotonic time its last record reached the segmenter
     last_ts_ms: int = 0  # its newest record's timestamp (the producer's clock); 0: unknown
     lowest: dict[TopicPartition, int] = field(default_factory=dict)  # oldest offset held
+    # Monotonic time its steps were found short with nothing left to read before its
+    # completion (None: not found so, or a record came since).
+    gap_since: float | None = None
 
     def take(self, record: Record, now: float) -> None:
         """Hold a step or the completion."""
@@ -54,6 +61,7 @@ class HeldTrajectory:
             self.complete = record
         self.last_seen = now
         self.last_ts_ms = max(self.last_ts_ms, record.timestamp_ms)
+        self.gap_since = None
         tp = record.tp
         self.lowest[tp] = min(self.lowest.get(tp, record.offset), record.offset)
 
@@ -72,6 +80,15 @@ class HeldTrajectory:
         if stream_ms is None or stream_ms <= 0 or self.last_ts_ms <= 0:
             return wall  # no event time to go by (timestamps missing, or one topic unread)
         return min(wall, (stream_ms - self.last_ts_ms) / 1000)
+
+    def short(self) -> bool:
+        """True when its completion counts steps and some of them are not held."""
+        complete = self.complete
+        return (
+            complete is not None
+            and _counts(complete.event)
+            and len(self.steps) < complete.event.num_steps
+        )
 
     def missing(self) -> str:
         """What it still waits for, in words."""

@@ -18,13 +18,16 @@ and so are their steps that arrive later (the first attempt to complete wins).
 
 Nothing is held for long (`consumers/segmenter/held.py` tells the cases apart): an
 impossible completion or records that contradict each other dead-letter their whole
-trajectory at once, and a trajectory with nothing new for `idle_timeout_s` (15 minutes;
-the wall clock and the stream's event time must both have moved on) is dead-lettered with
-what it misses, or dropped quietly if it is an attempt the worker retried. The segmenter
-writes those dead letters itself (one per held record, with the reason, the record's
-coordinates and bytes) so their records leave the low-watermark; later records of such a
-trajectory follow it to dead-letter. An environment failure (status `error`) trains
-nothing and waits for no step.
+trajectory at once; a completion whose steps are short once the log holds everything
+written up to it on the steps' partition waits `missing_grace_s` (60 s) more for them and
+is then dead-lettered with "steps missing from the log" and their numbers (a warning, and
+the `steps_missing` metric); and a trajectory with nothing new for `idle_timeout_s` (15
+minutes; the wall clock and the stream's event time must both have moved on) is
+dead-lettered with what it misses, or dropped quietly if it is an attempt the worker
+retried. The segmenter writes those dead letters itself (one per held record, with the
+reason, the record's coordinates and bytes) so their records leave the low-watermark;
+later records of such a trajectory follow it to dead-letter. An environment failure
+(status `error`) trains nothing and waits for no step.
 
 Finished work is remembered (a bounded window of trajectory ids and completed requests), so
 a step or completion of a trajectory already cut or superseded is dropped instead of held
@@ -45,6 +48,7 @@ import asyncio
 import hashlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,6 +83,9 @@ class SegmenterConfig:
     # Release an uncut trajectory after this long without a record of it: 3x the rollout's
     # longest wait inside a turn (an engine call may take its --generate-timeout, 300 s).
     idle_timeout_s: float = 900.0
+    # Wait this long for steps a completion counts once nothing is left to read before it:
+    # a worker re-sends a step that failed within seconds (0.2 s, doubling).
+    missing_grace_s: float = 60.0
     remembered: int = 100_000  # finished trajectories and requests remembered (bounded memory)
     group_id: str = "segmenter"
 
@@ -230,11 +237,14 @@ class Segmenter:
         self._finished = _Recent(config.remembered)
         self._winners = _Recent(config.remembered)  # request id -> the attempt that completed
         self._clock: dict[TopicPartition, int] = {}  # newest record timestamp read, per partition
+        # The runner's: whether a partition was read to its end (see bind_reader).
+        self._read_to_end: Callable[[TopicPartition], Awaitable[bool]] | None = None
         self.cut = 0
         self.superseded = 0
         self.late = 0
         self.rejected = 0  # trajectories dead-lettered: impossible or contradictory
         self.released = 0  # trajectories dead-lettered incomplete after the idle bound
+        self.steps_missing = 0  # trajectories dead-lettered for steps the log never got
         self.dead_letters = 0  # dead letters this processor wrote itself (held records)
         self.segments = 0
 
@@ -312,6 +322,15 @@ class Segmenter:
         self.rejected += 1
         return self._dead_letters(tid, reason, records, "process")
 
+    def _release_missing(self, tid: str, held: HeldTrajectory) -> list[Output]:
+        """Dead-letter a completed trajectory whose steps never reached the log."""
+        reason = (f"steps missing from the log: {held.missing()} (none came in "
+                  f"{self.config.missing_grace_s:g} s after the log held everything written up "
+                  "to its completion)")  # fmt: skip
+        log.warning("dead-lettering %s: %s", tid, reason)
+        self.steps_missing += 1
+        return self._dead_letters(tid, reason, held.records(), "incomplete")
+
     def _release(self, tid: str, held: HeldTrajectory, idle: float) -> list[Output]:
         """Dead-letter a trajectory whose missing records did not come within the bound."""
         reason = (f"incomplete after {idle:.0f} s without a record of it (idle timeout "
@@ -371,10 +390,18 @@ class Segmenter:
         """Return the oldest offset of `tp` a held (uncut) trajectory still needs."""
         return min((t.lowest[tp] for t in self._held.values() if tp in t.lowest), default=None)
 
+    def bind_reader(self, read_to_end: Callable[[TopicPartition], Awaitable[bool]]) -> None:
+        """Take the runner's `read_to_end`: a quiet log's end, where no later record comes."""
+        self._read_to_end = read_to_end
+
     async def tick(self) -> list[Output]:
-        """Dead-letter trajectories idle past the bound (drop retried attempts quietly)."""
+        """Dead-letter trajectories short of steps past the grace, or idle past the bound
+        (drop retried attempts quietly)."""
         now, out = time.monotonic(), []
         for tid, held in list(self._held.items()):
+            if held.short() and await self._steps_lost(held, now):
+                out += self._release_missing(tid, held)
+                continue
             idle = held.idle_s(now, self._stream_ms(held))
             if idle <= self.config.idle_timeout_s:
                 continue
@@ -384,6 +411,19 @@ class Segmenter:
             else:
                 out += self._release(tid, held, idle)
         return out
+
+    async def _steps_lost(self, held: HeldTrajectory, now: float) -> bool:
+        """Whether a short trajectory's grace is over: it starts once every record written
+        before its completion on the steps' partition was read (one newer was read, or the
+        partition's end), since its worker wrote its steps before the completion."""
+        if held.gap_since is None:
+            complete = held.complete
+            steps = TopicPartition("rollout-step", complete.partition)  # co-partitioned
+            passed = 0 < complete.timestamp_ms <= self._clock.get(steps, 0)
+            if not passed and (self._read_to_end is None or not await self._read_to_end(steps)):
+                return False
+            held.gap_since = now
+        return now - held.gap_since >= self.config.missing_grace_s
 
     def _stream_ms(self, held: HeldTrajectory) -> int | None:
         """Event time on the trajectory's partition: the slower of the two topics' newest."""
@@ -417,6 +457,7 @@ class Segmenter:
             "late": self.late,
             "rejected": self.rejected,
             "released": self.released,
+            "steps_missing": self.steps_missing,
             "dead_letters": self.dead_letters,
         }
 

@@ -31,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="dead-letter an uncut trajectory after S seconds with no record of it (900; keep "
         "it well above the rollout's --generate-timeout)",
     )  # fmt: skip
+    p.add_argument(
+        "--missing-grace", type=number(above=0), default=60.0,
+        help="dead-letter a finished trajectory whose steps are short after S seconds with "
+        "nothing left to read before its completion (60)",
+    )  # fmt: skip
     p.add_argument("--group", default="segmenter", help="consumer group (default segmenter)")
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
@@ -84,6 +89,7 @@ def segmenter_config(
         k=args.k if k is None else k,
         delta=args.delta if delta is None else delta,
         idle_timeout_s=getattr(args, "idle_timeout", SegmenterConfig.idle_timeout_s),
+        missing_grace_s=getattr(args, "missing_grace", SegmenterConfig.missing_grace_s),
         group_id=getattr(args, "group", "segmenter"),
     )
 

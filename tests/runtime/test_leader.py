@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from aiokafka import TopicPartition
@@ -16,6 +17,7 @@ from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.errors import ConfigError
 from runtime.leader import SingletonService
+from runtime.runs import ensure_run
 from tests.bus_reading import read_until
 from topics.events import PolicyUpdate
 
@@ -139,3 +141,55 @@ async def test_a_member_started_before_the_topics_exist_is_elected_once_they_do(
     await _until(lambda: a.processor.seen == 1)
     a.stop()
     await asyncio.wait_for(ta, 30)
+
+
+async def test_a_term_goes_on_with_its_state_in_a_restarted_broker_s_new_log(
+    tmp_path: Path,
+) -> None:
+    """The active member of a role whose broker is killed and started again empty: its
+    election re-forms before the new log has its topics (nobody holds the partition then),
+    and once they exist it goes on with the same term and processor, told of the new log;
+    it does not rebuild its state from a log that has none (issue 30, finding 7)."""
+    first = await EmbeddedBroker(log_file=tmp_path / "first.log").start()
+    settings = BusSettings(bootstrap=first.bootstrap)
+    second: EmbeddedBroker | None = None
+    journal: list[str] = []
+
+    class Told(Counter):
+        async def on_new_log(self, run_id: str | None) -> None:
+            self.journal.append(f"{self.tag} told of {run_id}")
+
+    @contextlib.asynccontextmanager
+    async def open_term() -> AsyncIterator[Counter]:
+        journal.append("a term opened")
+        yield Told("a", journal)
+
+    a = SingletonService(settings, "counter", open_term)
+    ta = asyncio.create_task(a.run(install_signal_handlers=False))
+    try:
+        await asyncio.wait_for(a.active.wait(), 30)
+        processor, term = a.processor, a.term
+        await _update(settings, 1)
+        await _until(lambda: processor.seen == 1)  # its runner runs
+        first._proc.kill()  # kill -9: the log and the term's record are gone
+        first._proc.wait(5)
+        second = await EmbeddedBroker(port=first.port, log_file=tmp_path / "second.log").start(
+            create=False
+        )
+        await asyncio.sleep(6.0)  # the election re-forms without its topic
+        assert not a.active.is_set() and journal.count("a term opened") == 1, journal
+        await create_topics(second.bootstrap)
+        second.run_id = (await ensure_run(settings, known_empty=True)).run_id
+        await _until(lambda: a.active.is_set() and f"a told of {second.run_id}" in journal)
+        assert (a.terms, a.term, a.processor) == (1, term, processor)
+        assert journal.count("a term opened") == 1, journal
+        records = await read_until(settings, "leaders", lambda rs: len(rs) >= 1, 10)
+        assert [(r.event.role, r.event.term) for r in records] == [("counter", term)]
+        await _update(settings, 1)
+        await _until(lambda: processor.seen == 2)  # its runner reads the new log
+    finally:
+        a.stop()
+        await asyncio.wait_for(ta, 30)
+        first.stop()
+        if second is not None:
+            second.stop()

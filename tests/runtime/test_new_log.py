@@ -10,10 +10,10 @@ from pathlib import Path
 
 from consumers.archiver.service import Archiver, ArchiverConfig
 from runtime.archive.store import ArchiveStore
-from runtime.broker import EmbeddedBroker
-from runtime.bus import EventProducer, Record
+from runtime.broker import EmbeddedBroker, create_topics
+from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
-from runtime.runs import run_resolver
+from runtime.runs import ensure_run, run_resolver
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
 from tests.bus_reading import committed
@@ -123,6 +123,66 @@ async def test_a_topic_table_follows_a_restarted_broker_from_the_new_log_s_begin
         assert table.get("old-0") is not None  # rows of the old log are kept
     finally:
         await table.stop()
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+async def _send_until_acked(producer: EventProducer, events: list[RolloutStep]) -> list[str]:
+    """Send as the service runner does (queue all, gather, send the failures again); return the
+    event ids whose sends were acknowledged."""
+    acked: list[str] = []
+    for _ in range(10):
+        futures = [await producer.send("rollout-step", e) for e in events]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        acked += [
+            e.event_id
+            for e, r in zip(events, results, strict=True)
+            if not isinstance(r, BaseException)
+        ]
+        events = [e for e, r in zip(events, results, strict=True) if isinstance(r, BaseException)]
+        if not events:
+            break
+    return acked
+
+
+async def test_a_record_acknowledged_by_a_restarted_broker_is_in_its_new_log(
+    tmp_path: Path,
+) -> None:
+    """A producer that outlives its broker never writes to topics the new broker lacks: Tansu
+    acknowledges such records, and once the topic is created the next sends fail (UnknownError)
+    and records acknowledged over the kept batches never show (issue 30, finding 6)."""
+    first = await EmbeddedBroker(log_file=tmp_path / "first.log").start()
+    settings = BusSettings(bootstrap=first.bootstrap)
+    second: EmbeddedBroker | None = None
+    producer = await EventProducer(settings).start()
+    try:
+        old = [RolloutStep(trajectory_id="traj", step=i) for i in range(3)]
+        assert len(await _send_until_acked(producer, old)) == 3
+        first._proc.kill()  # kill -9: the log is gone; the producer keeps its metadata
+        first._proc.wait(5)
+        second = await EmbeddedBroker(port=first.port, log_file=tmp_path / "second.log").start(
+            create=False
+        )  # the topics come later, as with `scalecua topics create`
+        waiting = [RolloutStep(trajectory_id="traj", step=i) for i in range(4)]
+        futures = [await producer.send("rollout-step", e) for e in waiting]
+        await asyncio.sleep(1.5)
+        assert not any(f.done() for f in futures), "acknowledged by a broker without the topic"
+        await create_topics(second.bootstrap)
+        await ensure_run(settings, known_empty=True)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        acked = [e.event_id for e, r in zip(waiting, results, strict=True)
+                 if not isinstance(r, BaseException)]  # fmt: skip
+        later = [RolloutStep(trajectory_id="traj", step=i) for i in range(4, 8)]
+        for event in later:  # one at a time, as turns come
+            acked += await _send_until_acked(producer, [event])
+        assert len(acked) == 8
+        async with EventConsumer(settings, ["rollout-step"], group_id=None) as reader:
+            logged = [r async for batch in reader.catch_up("rollout-step") for r in batch]
+        assert [r.event.event_id for r in logged] == acked  # each once, in order
+        assert [r.offset for r in logged] == list(range(8))
+    finally:
+        await producer.stop()
         first.stop()
         if second is not None:
             second.stop()

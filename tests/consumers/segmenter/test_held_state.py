@@ -274,3 +274,44 @@ async def test_an_idle_attempt_the_worker_retried_is_dropped_quietly(
     assert await segmenter.tick() == []  # no timestamps: the wall clock alone decides
     assert segmenter.stats()["superseded"] == 1
     assert segmenter.low_watermark(STEPS) == retry_record.offset  # the retry is still live
+
+
+async def test_steps_missing_from_the_log_are_dead_lettered_after_the_grace_not_while_read(
+    processor: PolicyProcessor, tmp_path: Path
+) -> None:
+    grace = 0.05
+    segmenter = _segmenter(processor, tmp_path, missing_grace_s=grace)
+    rng, log = random.Random(12), _Log()
+    steps, complete = _episode(rng, segmenter.blobs, processor, "g12/0", 0, 3)
+    late, late_done = _episode(rng, segmenter.blobs, processor, "g13/0", 0, 2)
+    other, _ = _episode(rng, segmenter.blobs, processor, "g14/0", 0, 2)
+    # Completions (event time 60 s) read while rollout-step is read only up to 59 s: their
+    # missing steps may still wait there, however long the wall clock says.
+    held = [log.record(steps[1], ts_ms=58_000), log.record(steps[2], ts_ms=59_000)]
+    for record in [*held, log.record(late[1], ts_ms=59_000)]:
+        await segmenter.process(record)
+    done = log.record(complete, ts_ms=60_000)
+    await segmenter.process(done)
+    await segmenter.process(log.record(late_done, ts_ms=60_000))
+    await asyncio.sleep(3 * grace)
+    assert await segmenter.tick() == []
+    # A step written after the completions is read: whatever they miss was written before
+    # it, so the grace starts; a step that comes within it still completes its trajectory.
+    await segmenter.process(log.record(other[0], ts_ms=61_000))
+    assert await segmenter.tick() == []  # the grace starts now
+    cut = await segmenter.process(log.record(late[0], ts_ms=59_500))
+    assert cut and all(o.topic == "segment-ready" for o in cut)
+    await asyncio.sleep(3 * grace)
+    letters = _letters(await segmenter.tick())
+    assert [(d.source_topic, d.offset) for d in letters] == [
+        (done.topic, done.offset),
+        *((r.topic, r.offset) for r in held),
+    ]
+    reason = letters[0].error
+    assert reason.startswith(f"{complete.trajectory_id}: steps missing from the log: ")
+    assert "the completion says 3 steps; held: 1-2; missing: 0" in reason
+    assert all(d.error == reason and d.error_type == "incomplete" for d in letters)
+    stats = segmenter.stats()
+    assert stats["steps_missing"] == 1 and stats["released"] == 0 and stats["held"] == 1
+    with pytest.raises(RecordError, match="was dead-lettered before this record came"):
+        await segmenter.process(log.record(steps[0], ts_ms=62_000))  # a straggler follows it

@@ -125,6 +125,48 @@ async def test_orphans_and_gaps_are_dead_lettered_after_the_idle_bound_and_the_r
     assert proc.returncode == 0
 
 
+async def test_steps_missing_from_a_quiet_log_are_dead_lettered_after_the_grace(
+    bus_settings: BusSettings, cli_env: dict[str, str], tmp_path: Path, processor: PolicyProcessor
+) -> None:
+    """Issue 30, finding 6: a completion whose step 0 never reached the log, and nothing
+    written after it (a quiet log: no later record moves any clock). The idle bound (15
+    minutes) would hold it; the grace, set through the settings, releases it in seconds."""
+    import httpx
+
+    from runtime.broker import free_port
+
+    blobs = open_blob_store(str(tmp_path / "blobs"))
+    (request,) = _requests(1)
+    steps, complete = _episode(random.Random(13), blobs, processor, request, 0, 5)
+    env = {**cli_env, "SCALECUA_BLOBS": blobs.url, "SCALECUA_SEGMENT_MISSING_GRACE": "1"}
+    port = free_port()
+    argv = [*SCALECUA, "segment", "--k", str(K), "--delta", str(DELTA), "--metrics-port", str(port)]
+    log = open(tmp_path / "segmenter.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        async with EventProducer(bus_settings) as producer:
+            held = await _send(producer, [*steps[1:], complete])
+        letters = await _dead_letters(bus_settings, len(held))
+        commits = await _all_committed(bus_settings, {"rollout-step": 4, "trajectory-complete": 1})
+        async with httpx.AsyncClient() as client:
+            body = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    stderr = (tmp_path / "segmenter.log").read_text()
+    assert {(d.source_topic, d.offset) for d in letters} == {(m.topic, m.offset) for m in held}
+    assert all(d.error_type == "incomplete" for d in letters)
+    reason = letters[0].error
+    assert "steps missing from the log: the completion says 5 steps; held: 1-4; missing: 0" in (
+        reason
+    ), reason
+    assert f"WARNING consumers.segmenter.service dead-lettering {complete.trajectory_id}: " in (
+        stderr
+    ), stderr[-3000:]
+    assert 'scalecua_steps_missing{service="segmenter"} 1.0' in body
+    assert commits == {"rollout-step": 4, "trajectory-complete": 1}  # nothing pins the commit
+
+
 async def test_impossible_and_contradictory_trajectories_are_dead_lettered_at_once(
     bus_settings: BusSettings, tmp_path: Path, processor: PolicyProcessor
 ) -> None:
