@@ -230,7 +230,8 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
         async with trainer_service(settings, sft, blobs=blobs, metrics_interval_s=600,
                                    backend_options=_backend(args, args.warm_lr)) as trainer:  # fmt: skip
             phase.start(trainer)
-            cfg = RolloutConfig(desktops=args.desktops, episode=EpisodeConfig(observe=OBSERVE))
+            cfg = RolloutConfig(desktops=args.desktops, episode=EpisodeConfig(observe=OBSERVE),
+                                checkpoints=str(out / "checkpoints"))  # fmt: skip
             async with rollout_service(settings, cfg, scripted, blobs) as worker:
                 phase.start(worker)
                 ids = [g.task_id for g in warm_tasks]
@@ -366,7 +367,8 @@ async def reinforce(
             phase.start(trainer)
             async with sampler_service(settings, sampler_cfg) as sampler:
                 phase.start(sampler)
-                cfg = RolloutConfig(desktops=args.desktops, episode=EpisodeConfig(observe=OBSERVE))
+                cfg = RolloutConfig(desktops=args.desktops, episode=EpisodeConfig(observe=OBSERVE),
+                                    checkpoints=str(out / "checkpoints"))  # fmt: skip
                 async with rollout_service(settings, cfg, player, blobs) as worker:
                     phase.start(worker)
                     await _rl_clock(trainer.processor, args)

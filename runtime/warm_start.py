@@ -105,7 +105,8 @@ async def warm_start(
         done_before = trainer.processor.steps
         start("warm-trainer", trainer)
         scripted = build_player("scripted", tokenizer=plan.policy, context_window=plan.context)
-        config = RolloutConfig(desktops=plan.desktops, episode=EpisodeConfig(observe=plan.observe))
+        config = RolloutConfig(desktops=plan.desktops, episode=EpisodeConfig(observe=plan.observe),
+                               checkpoints=plan.checkpoints)  # fmt: skip
         with as_service("warm-rollout"):
             worker = await stack.enter_async_context(
                 rollout_service(settings, config, scripted, blobs)

@@ -15,10 +15,13 @@ Weights: the worker follows `policy-updates` (every replica reads it whole, outs
 group) and loads a newer version between episodes (`reload="episode"`: new episodes wait
 until the running ones end) or between turns (`reload="turn"`); every step is stamped with
 the version that generated it. A version is adopted only once its checkpoint is verified
-(`runtime.policy.checkpoint`: a complete trainer checkpoint of exactly that version) and
-loaded, so versions only move forward along what the trainer wrote. An update that fails
-either is refused: logged, dead-lettered with the reason (error type "rejected") and
-skipped; the worker keeps its version, and tries the next newest update it has seen.
+(`runtime.policy.checkpoint`: a complete trainer checkpoint of exactly that version, under
+the run's checkpoint root the worker is configured with, and on shared storage matching
+the sha256 manifest the trainer wrote) and loaded, so versions only move forward along what
+the trainer wrote. An update that fails either is refused: logged, dead-lettered with the
+reason (error type "rejected") and skipped; the worker keeps its version, and tries the
+next newest update it has seen. An update older than the version held is explained in a
+warning (a trainer resumed from an older checkpoint, or another trainer on the log).
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from runtime.envs.tasks.catalog import keys_with_id
 from runtime.envs.tasks.model import Task
 from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageError
 from runtime.jobs import Job, JobBoard
-from runtime.policy.checkpoint import verify_checkpoint
+from runtime.policy.checkpoint import adoptable_checkpoint, default_checkpoint_root
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
 from topics.events import DeadLetter, PolicyUpdate, RolloutRequest, TaskEvent
@@ -71,6 +74,13 @@ class RolloutConfig:
     queued: int | None = None  # requests held beyond the running ones (default: desktops)
     reload: str = "episode"  # "episode": between episodes; "turn": as soon as announced
     retries: int = 1  # fresh-desktop retries of a request whose desktop died
+    # The run's checkpoint root (a folder or URL): policy updates pointing anywhere else are
+    # refused (None: $SCALECUA_CHECKPOINTS, else $SCALECUA_HOME/checkpoints, where trainers
+    # write by default).
+    checkpoints: str | None = None
+    # Check the sha256 manifest the trainer wrote before loading (None: for a remote root,
+    # i.e. shared storage, only; True also for a local folder on a shared filesystem).
+    checkpoint_hashes: bool | None = None
     episode: EpisodeConfig = field(default_factory=EpisodeConfig)
     group_id: str = "rollout"
 
@@ -127,6 +137,7 @@ class RolloutWorker:
         self.blobs = blobs
         self.tasks = tasks
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.checkpoint_root = config.checkpoints or default_checkpoint_root()
         self._board: JobBoard[RolloutRequest] = JobBoard()
         self._emit = self._board.emit
         # Announced versions newer than the player's, not yet tried, oldest first (with the
@@ -179,12 +190,14 @@ class RolloutWorker:
         return self._board.drain()
 
     def stats(self) -> dict[str, float]:
-        """The worker's policy version, episodes played and policy updates taken or refused."""
+        """The worker's policy version, episodes played, policy updates taken or refused, and
+        its desktops' health (`desktops_healthy` 0 while replacements fail to start)."""
         return {
             "policy_version": self.player.policy_version,
             "episodes": self.episodes,
             "updates_adopted": self.updates_adopted,
             "updates_rejected": self.updates_rejected,
+            **self.pool.stats(),
         }
 
     # -- weights ------------------------------------------------------------------------
@@ -202,6 +215,12 @@ class RolloutWorker:
         again after a restart).
         """
         current = self.player.policy_version
+        for update, _ in offers:
+            if update.policy_version < current:
+                log.warning("policy version %d from %r ignored: the worker holds version %d, a "
+                            "newer one (a trainer resumed from an older checkpoint, or another "
+                            "trainer on this log?); versions only move forward",
+                            update.policy_version, update.checkpoint_uri, current)  # fmt: skip
         self._offers += [o for o in offers if o[0].policy_version > current]
         self._offers.sort(key=lambda offer: offer[0].policy_version)  # stable: arrival order
         if self._offers and self.config.reload == "turn":
@@ -225,10 +244,7 @@ class RolloutWorker:
                 try:
                     log.info("loading policy version %d from %s", update.policy_version,
                              update.checkpoint_uri)  # fmt: skip
-                    await asyncio.to_thread(
-                        verify_checkpoint, update.checkpoint_uri, update.policy_version
-                    )
-                    await self.player.load_weights(update.checkpoint_uri, update.policy_version)
+                    await self._load_verified(update)
                 except Exception as exc:  # a bad announcement must not stop the worker
                     self._refuse(update, record, f"{type(exc).__name__}: {exc}")
                     continue
@@ -238,6 +254,19 @@ class RolloutWorker:
             self._offers = [o for o in self._offers if o[0].policy_version > current]
         finally:
             self._reloading = False
+
+    async def _load_verified(self, update: PolicyUpdate) -> None:
+        """Load an update's weights from its checkpoint once verified as the run's trainer's."""
+        stack = contextlib.ExitStack()
+        try:
+            checkpoint = adoptable_checkpoint(
+                update.checkpoint_uri, update.policy_version, self.checkpoint_root,
+                hashes=self.config.checkpoint_hashes,
+            )  # fmt: skip
+            folder = await asyncio.to_thread(stack.enter_context, checkpoint)
+            await self.player.load_weights(folder, update.policy_version)
+        finally:
+            await asyncio.to_thread(stack.close)  # a remote checkpoint's verified copy
 
     def _refuse(self, update: PolicyUpdate, record: Record | None, reason: str) -> None:
         """Report a policy update that is not adopted: a log line and a dead letter."""

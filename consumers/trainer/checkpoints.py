@@ -6,7 +6,9 @@ Layout under the root (a local folder, `file://...`, or `s3://bucket/prefix`):
                               chat template, image processor config — `load_policy` and the
                               rollout engines' `load_weights` read it as is
     v000001/scalecua_trainer.json   the trainer's metadata (written last: the folder is
-                              complete exactly when this file exists)
+                              complete exactly when this file exists), with the sha256 of
+                              every other file of the folder under `files` (the manifest a
+                              rollout worker checks before adopting the version)
     state/v000001/optimizer.pt      what resuming needs beyond the weights (the newest few)
 
 Older versions can be pruned as new ones are written (`keep_models`, default all): a version
@@ -31,9 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runtime.config import home_dir
 from runtime.errors import StorageError
-from runtime.policy.checkpoint import CHECKPOINT_METADATA
+from runtime.policy.checkpoint import (
+    CHECKPOINT_METADATA,
+    checkpoint_name,
+    default_checkpoint_root,
+    file_manifest,
+)
 
 __all__ = ["METADATA", "Checkpoint", "CheckpointStore", "default_checkpoint_root"]
 
@@ -41,11 +47,6 @@ log = logging.getLogger(__name__)
 
 METADATA = CHECKPOINT_METADATA  # its name is shared with every reader (rollout workers)
 _VERSION = re.compile(r"v(\d{6,})")
-
-
-def default_checkpoint_root() -> str:
-    """Return `$SCALECUA_HOME/checkpoints`."""
-    return str(home_dir() / "checkpoints")
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ class CheckpointStore:
     @staticmethod
     def name(version: int) -> str:
         """The folder name of a version."""
-        return f"v{version:06d}"
+        return checkpoint_name(version)
 
     def uri(self, version: int) -> str:
         """Where a version's model folder lives (a local path or a URL)."""
@@ -168,7 +169,8 @@ class CheckpointStore:
                 save_model(model_dir)
                 if save_state is not None:
                     save_state(state_dir)
-                (model_dir / METADATA).write_text(json.dumps(metadata, indent=1, sort_keys=True))
+                manifest = {**metadata, "files": file_manifest(model_dir)}
+                (model_dir / METADATA).write_text(json.dumps(manifest, indent=1, sort_keys=True))
                 if self.remote:
                     self._upload(state_dir, f"state/{name}")
                     self._upload(model_dir, name, last=METADATA)

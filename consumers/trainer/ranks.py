@@ -27,34 +27,70 @@ checkpoint and the committed offsets, as after a kill -9 of a one-process traine
 trained twice, nothing skipped. Errors the ranks agree on (a non-finite step, a missing
 screenshot) are ordinary: every rank raised the same one and the group goes on.
 
+A rank that stops without dying (SIGSTOP, a hung driver) is caught by the clock: every call
+has a deadline derived from the slowest calls of its kind so far, scaled to its size (a
+step's tokens; `rank_deadline.py`); past twice the expected time it is late (warned,
+`ranks_late`), past the deadline the group is ended as a crash ends it (the spawned ranks
+are killed, which breaks rank 0's collectives at once).
+
 Launch: `scalecua train --nproc N` spawns ranks 1..N-1 itself (`python -m
-consumers.trainer.ranks`, killed with their parent), or `torchrun --nproc-per-node N
--m runtime.cli train ...` starts N copies and the ranks above 0 serve. Ranks rendezvous on
-a TCP store at 127.0.0.1 (spawned) or torchrun's; gloo on CPU, NCCL on GPUs. Every rank
-must see the checkpoint folders rank 0 names (one node, or a shared filesystem).
+consumers.trainer.ranks`, killed with their parent, in a process group of their own so a
+terminal's Ctrl-C reaches rank 0 alone, which stops the group in order), or `torchrun
+--nproc-per-node N -m runtime.cli train ...` starts N copies and the ranks above 0 serve.
+gloo on CPU, NCCL on GPUs. Every rank must see the checkpoint folders rank 0 names (one
+node, or a shared filesystem).
+
+Trust: the ranks rendezvous on a TCP store that any process reaching its port can write,
+so nothing read from it is unpickled: a rank's status is JSON, checked field by field, and
+anything else ends the group. A spawned group's store and gloo sockets listen on 127.0.0.1
+only (torch's store would listen on every interface); under torchrun the store is
+torchrun's and gloo binds `GLOO_SOCKET_IFNAME` (loopback when MASTER_ADDR is), so across
+hosts the rendezvous port must be firewalled (docs/trainer.md). Every socket of a rank is
+close-on-exec (gloo opens its own inheritable), so no child of a rank inherits one.
 """
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import logging
 import os
-import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from consumers.trainer.backends import make_backend
+from consumers.trainer.rank_deadline import CallClock, RankDeadline, Verdict
+from consumers.trainer.rank_wire import (
+    MESSAGE_CHARS,
+    RankStatus,
+    bind_collectives_to_loopback,
+    bind_torchrun_collectives,
+    loopback_store,
+    no_inherited_sockets,
+    process_state,
+    read_status,
+)
+from consumers.trainer.shared_prefix import batch_cost
 from runtime.errors import ConfigError, ScaleCUAError
 from runtime.service_logs import child_log_path
 
-__all__ = ["RankFailure", "RankSpec", "RankGroup", "DrivenBackend", "torchrun_rank", "serve"]
+__all__ = [
+    "RankFailure",
+    "RankSpec",
+    "RankDeadline",
+    "RankGroup",
+    "DrivenBackend",
+    "torchrun_rank",
+    "serve",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +98,8 @@ _SPEC_ENV = "SCALECUA_RANK_SPEC"
 _PARENT_ENV = "SCALECUA_RANK_PARENT"
 _STATUS = "scalecua/status/{seq}/{rank}"
 _JOINED = "scalecua/joined/{rank}"
-_OK = ("ok",)
+_WATCH_S = 0.25  # how often the clock of the call in flight is read
+_STUCK_EXIT_S = 30.0  # torchrun: rank 0 still stuck this long after a deadline exits
 
 
 class RankFailure(ScaleCUAError):
@@ -97,12 +134,15 @@ def torchrun_rank() -> tuple[int, int] | None:
     return None
 
 
-def _encode(value: Any) -> str:
-    return base64.b64encode(pickle.dumps(value)).decode()
+def _encode_spec(spec: RankSpec) -> str:
+    return msgspec.json.encode(spec).decode()
 
 
-def _decode(text: str) -> Any:
-    return pickle.loads(base64.b64decode(text))
+def _decode_spec(text: str) -> RankSpec:
+    try:
+        return msgspec.json.decode(text, type=RankSpec)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"${_SPEC_ENV} is not a rank spec: {exc}") from None
 
 
 def _call_setup(setup: str | None) -> None:
@@ -127,29 +167,34 @@ def _images_for(spec: RankSpec) -> Any:
 class RankGroup:
     """This process as rank 0 of the trainer's process group, and the ranks it drives."""
 
-    def __init__(self, world_size: int, spec: RankSpec) -> None:
+    def __init__(
+        self, world_size: int, spec: RankSpec, deadline: RankDeadline | None = None
+    ) -> None:
         self.world_size = world_size
         self.spec = spec
         self.workers: list[subprocess.Popen] = []  # ranks 1.. when this process spawned them
         self.store: Any = None
         self.broken = False
+        self.clock = CallClock(deadline or RankDeadline())  # times the calls it drives
+        self.late = 0  # ranks the call in flight waits on past its late mark (0: on time)
         self._seq = 0
         self._backend: DrivenBackend | None = None
+        self._waiting_on: list[int] = []  # ranks yet to report the call rank 0 finished
+        self._expired: str | None = None  # why the clock ended the group
+        self._closed = threading.Event()
 
     # -- starting -------------------------------------------------------------------------
     @classmethod
-    def spawn(cls, nproc: int, spec: RankSpec) -> RankGroup:
+    def spawn(cls, nproc: int, spec: RankSpec, deadline: RankDeadline | None = None) -> RankGroup:
         """Start ranks 1..nproc-1 as child processes (call `connect` next; main thread only:
         the children die with the thread that started them)."""
-        import torch.distributed as dist
-
         if nproc < 2:
             raise ConfigError("a process group of the trainer has at least 2 ranks")
         if torchrun_rank() is not None:
             raise ConfigError("under torchrun the process group is torchrun's: drop --nproc")
-        group = cls(nproc, spec)
-        group.store = dist.TCPStore("127.0.0.1", 0, nproc, is_master=True,
-                                    wait_for_workers=False, timeout=timedelta(minutes=30))  # fmt: skip
+        group = cls(nproc, spec, deadline)
+        group.store = loopback_store(nproc)
+        bind_collectives_to_loopback()  # rank 0's own gloo sockets (the children's: env)
         package_root = str(Path(__file__).resolve().parents[2])
         path = os.environ.get("PYTHONPATH", "")
         env = {
@@ -158,7 +203,7 @@ class RankGroup:
             "MASTER_PORT": str(group.store.port),
             "WORLD_SIZE": str(nproc),
             "LOCAL_WORLD_SIZE": str(nproc),
-            _SPEC_ENV: _encode(spec),
+            _SPEC_ENV: _encode_spec(spec),
             _PARENT_ENV: str(os.getpid()),
             # The same code as this rank, wherever the package is imported from.
             "PYTHONPATH": package_root + (os.pathsep + path if path else ""),
@@ -175,6 +220,9 @@ class RankGroup:
                         env=env_rank,
                         stdout=out,
                         stderr=out,
+                        # A terminal's Ctrl-C goes to its foreground process group: rank 0
+                        # alone gets it and stops the group in order.
+                        process_group=0,
                     )  # fmt: skip
                 )
             finally:
@@ -198,11 +246,13 @@ class RankGroup:
             time.sleep(0.05)
         dist.init_process_group(self.spec.dist_backend, store=self.store, rank=0,
                                 world_size=self.world_size)  # fmt: skip
+        no_inherited_sockets()
+        self._start_watch()
         log.info("trainer: rank 0 of %d, process group up (%s)", self.world_size,
                  self.spec.dist_backend)  # fmt: skip
 
     @classmethod
-    def join(cls, spec: RankSpec) -> RankGroup:
+    def join(cls, spec: RankSpec, deadline: RankDeadline | None = None) -> RankGroup:
         """Rank 0 of a group torchrun started (the other ranks run `serve`)."""
         import torch.distributed as dist
         from torch.distributed.distributed_c10d import _get_default_store
@@ -210,10 +260,13 @@ class RankGroup:
         found = torchrun_rank()
         if found is None or found[0] != 0:
             raise ConfigError("RankGroup.join is rank 0's; the other ranks serve")
-        group = cls(found[1], spec)
+        group = cls(found[1], spec, deadline)
         if not dist.is_initialized():
+            bind_torchrun_collectives()
             dist.init_process_group(spec.dist_backend)
         group.store = _get_default_store()
+        no_inherited_sockets()
+        group._start_watch()
         return group
 
     # -- using ----------------------------------------------------------------------------
@@ -233,7 +286,10 @@ class RankGroup:
         return self._backend
 
     def check(self) -> None:
-        """Raise RankFailure if a rank this process started has exited."""
+        """Raise RankFailure if a rank this process started has exited, or the call in flight
+        ran past its deadline."""
+        if self._expired is not None:
+            raise RankFailure(self._expired)
         for rank, proc in enumerate(self.workers, start=1):
             code = proc.poll()
             if code is not None:
@@ -245,6 +301,7 @@ class RankGroup:
         """Stop the other ranks (asked nicely when the group is healthy) and the group."""
         import torch.distributed as dist
 
+        self._closed.set()
         if self._backend is not None:
             self._backend.close()
             self._backend = None
@@ -262,28 +319,52 @@ class RankGroup:
         if dist.is_initialized():
             dist.destroy_process_group()
 
+    def stats(self) -> dict[str, float]:
+        """The call in flight: how long it has run (0 when idle) and how many ranks are late."""
+        verdict = self.clock.verdict()
+        return {
+            "rank_call_s": 0.0 if verdict is None else verdict.elapsed_s,
+            "ranks_late": float(self.late),
+        }
+
     # -- the protocol ---------------------------------------------------------------------
-    def _command(self, method: str, payload: Any) -> None:
-        """Send a call to the other ranks (they make it and report how it went)."""
+    def _command(self, method: str, payload: Any, size: float = 1.0) -> None:
+        """Send a call to the other ranks (they make it and report how it went); `size` is
+        its work in the units its kind is timed by (a step's tokens)."""
         import torch.distributed as dist
 
         if self.broken:
             raise RankFailure("the trainer's process group is over (an earlier rank failure)")
         self.check()
         self._seq += 1
+        if method != "exit":
+            self.clock.start(method if method == "use" else payload[0], size)
         try:
             dist.broadcast_object_list([(self._seq, method, payload)], src=0)
         except RuntimeError as exc:  # a rank is gone: its connection closed under us
+            self.clock.finish(succeeded=False)
             self.broken = True
+            self.check()  # the clock's reason, when it ended the group
             raise RankFailure(f"sending {method} to the trainer's ranks failed: {exc}") from exc
 
     def _outcome(self, method: str, error: BaseException | None) -> None:
         """Compare rank 0's outcome of the last call with every other rank's: raise rank 0's
         error when the group is still in step, RankFailure when it is not."""
+        succeeded = False
+        try:
+            self._agree(method, error)
+            succeeded = error is None
+        finally:
+            self.clock.finish(succeeded)
+            self._waiting_on = []
+            no_inherited_sockets()  # a call may have opened sockets (a backend's new groups)
+
+    def _agree(self, method: str, error: BaseException | None) -> None:
         keys = {r: _STATUS.format(seq=self._seq, rank=r) for r in range(1, self.world_size)}
         # A rank that agreed on rank 0's error reports at once; one still computing what
         # rank 0 gave up on would never report.
         deadline = None if error is None else time.monotonic() + 120.0
+        look = time.monotonic() + 1.0  # when to note which ranks have not reported
         while not self.store.check(list(keys.values())):
             try:
                 self.check()
@@ -295,24 +376,98 @@ class RankGroup:
                 self.broken = True
                 raise RankFailure(f"{method} failed on rank 0 ({error!r}) but not on every "
                                   "rank: the ranks are out of step") from error  # fmt: skip
+            if time.monotonic() > look:
+                look = time.monotonic() + 1.0
+                self._waiting_on = [r for r, k in keys.items() if not self.store.check([k])]
             time.sleep(0.01)
-        statuses = {r: pickle.loads(self.store.get(k)) for r, k in keys.items()}
+        statuses: dict[int, RankStatus] = {}
+        for rank, key in keys.items():
+            try:
+                statuses[rank] = read_status(self.store.get(key), self._seq, rank)
+            except ValueError as exc:  # anyone reaching the store could have written it
+                self.broken = True
+                raise RankFailure(
+                    f"{method}: the status of rank {rank} in the trainer's store is not the "
+                    f"ranks' protocol ({exc}): refused, and the process group is over"
+                ) from error
         for key in keys.values():
             self.store.delete_key(key)
-        failed = {r: s for r, s in statuses.items() if s != _OK}
+        failed = {r: s for r, s in statuses.items() if s.error_type is not None}
         if error is not None:
             # Every other rank finished the call's collectives, so rank 0 did too: its
             # error came after them (a checkpoint rank 0 alone writes) or every rank raised
             # the same one (a step the ranks agreed to skip). The group is in step.
-            if all(s[1] == type(error).__name__ for s in failed.values()):
+            if all(s.error_type == type(error).__name__ for s in failed.values()):
                 raise error
         elif not failed:
             return
         self.broken = True
         rank, status = next(iter(failed.items()))
-        raise RankFailure(f"{method}: rank {rank} raised {status[1]}: {status[2][:500]} while "
-                          f"rank 0 {'succeeded' if error is None else f'raised {error!r}'}: "
+        raise RankFailure(f"{method}: rank {rank} raised {status.error_type}: "
+                          f"{status.message[:500]} while rank 0 "
+                          f"{'succeeded' if error is None else f'raised {error!r}'}: "
                           "the ranks are out of step") from error  # fmt: skip
+
+    # -- the clock ------------------------------------------------------------------------
+    def _start_watch(self) -> None:
+        threading.Thread(target=self._watch, name="trainer-ranks-clock", daemon=True).start()
+
+    def _watch(self) -> None:
+        """Judge the call in flight: warn while it is late, end the group at its deadline."""
+        warn_next = 0.0
+        while not self._closed.wait(_WATCH_S):
+            verdict = self.clock.verdict()
+            if verdict is None or not verdict.late or self._expired is not None:
+                self.late, warn_next = 0, 0.0
+                continue
+            laggards = self._laggards()
+            self.late = max(1, len(laggards))
+            who = "; ".join(laggards) or "no rank is stopped or gone: every rank is in the call"
+            if verdict.expired:
+                self._expire(verdict, who)
+                return
+            if time.monotonic() >= warn_next:
+                warn_next = time.monotonic() + self.clock.deadline.warn_s
+                log.warning("trainer: %s has run %.0f s (%s); %s; the process group ends at "
+                            "%.0f s", verdict.kind, verdict.elapsed_s, _usual(verdict), who,
+                            verdict.deadline_s)  # fmt: skip
+
+    def _laggards(self) -> list[str]:
+        """The spawned ranks that are stopped or gone, and the ranks yet to report the call."""
+        out = []
+        for rank, proc in enumerate(self.workers, start=1):
+            state = process_state(proc.pid)
+            if state in ("T", "t"):
+                out.append(f"rank {rank} (pid {proc.pid}) is stopped")
+            elif state is None or state in ("Z", "X"):
+                out.append(f"rank {rank} (pid {proc.pid}) is gone")
+        named = {int(text.split()[1]) for text in out}
+        out += [f"rank {r} has not reported" for r in self._waiting_on if r not in named]
+        return out
+
+    def _expire(self, verdict: Verdict, who: str) -> None:
+        """End the group as a crash does: its calls raise RankFailure, the spawned ranks die."""
+        self._expired = (
+            f"{verdict.kind} ran past its deadline of {verdict.deadline_s:.0f} s "
+            f"({_usual(verdict)}): {who}; the trainer's process group is over"
+        )
+        self.broken = True
+        log.error("trainer: %s", self._expired)
+        for proc in self.workers:  # their connections close: rank 0's collectives fail at once
+            if proc.poll() is None:
+                proc.kill()
+        if not self.workers and not self._closed.wait(_STUCK_EXIT_S) and self.clock.call:
+            # torchrun's ranks are not ours to kill, and rank 0 is stuck in a collective
+            # with them: exit (as kill -9 would), and torchrun ends the others.
+            log.error("trainer: rank 0 is still stuck in %s; exiting", verdict.kind)
+            logging.shutdown()
+            os._exit(1)
+
+
+def _usual(verdict: Verdict) -> str:
+    if verdict.expected_s is None:
+        return f"the first {verdict.kind}"
+    return f"at the slowest rate so far it takes {verdict.expected_s:.1f} s"
 
 
 class DrivenBackend:
@@ -366,7 +521,8 @@ class DrivenBackend:
         return self._images_call("step", (batches, loss_fn), images)
 
     def _images_call(self, method: str, args: tuple, images: Any) -> Any:
-        self.group._command("images", (method, args))
+        batches = args[0] if isinstance(args[0], list | tuple) else [args[0]]
+        self.group._command("images", (method, args), sum(batch_cost(b) for b in batches))
         try:
             result = getattr(self.local, method)(*args, images)
         except Exception as exc:
@@ -388,8 +544,12 @@ class DrivenBackend:
         self._call("save_state", out)
 
     def check(self) -> None:
-        """Raise RankFailure if a rank of the group is gone."""
+        """Raise RankFailure if a rank of the group is gone or its call ran past its deadline."""
         self.group.check()
+
+    def group_stats(self) -> dict[str, float]:
+        """The process group's call in flight (how long it has run, how many ranks are late)."""
+        return self.group.stats()
 
     def close(self) -> None:
         """Release the backend on every rank (the group stays)."""
@@ -414,7 +574,7 @@ def serve(spec: RankSpec | None = None) -> int:
     if found is None or found[0] == 0:
         raise ConfigError("serve runs ranks above 0 (RANK and WORLD_SIZE in the environment)")
     rank, world_size = found
-    spec = spec or _decode(os.environ[_SPEC_ENV])
+    spec = spec or _decode_spec(os.environ[_SPEC_ENV])
     if spec.threads:
         torch.set_num_threads(spec.threads)
     if _PARENT_ENV in os.environ:  # spawned by rank 0: die with it
@@ -427,10 +587,12 @@ def serve(spec: RankSpec | None = None) -> int:
         store.set(_JOINED.format(rank=rank), str(os.getpid()))
         dist.init_process_group(spec.dist_backend, store=store, rank=rank, world_size=world_size)
     else:  # torchrun
+        bind_torchrun_collectives()
         dist.init_process_group(spec.dist_backend)
         from torch.distributed.distributed_c10d import _get_default_store
 
         store = _get_default_store()
+    no_inherited_sockets()
     log.info("rank %d of %d (pid %d) joined the trainer's process group", rank, world_size,
              os.getpid())  # fmt: skip
     backend: Any = None
@@ -445,7 +607,7 @@ def serve(spec: RankSpec | None = None) -> int:
         seq, method, payload = box[0]
         if method == "exit":
             break
-        status: tuple = _OK
+        status = RankStatus(seq, rank)
         try:
             if method == "use":
                 if backend is not None and hasattr(backend, "close"):
@@ -463,9 +625,10 @@ def serve(spec: RankSpec | None = None) -> int:
                     log.info("rank %d: step of %d micro-batches", rank, len(args[0]))
                 getattr(backend, name)(*args, images)
         except Exception as exc:  # reported to rank 0, which decides whether the group goes on
-            status = ("error", type(exc).__name__, str(exc))
+            status = RankStatus(seq, rank, type(exc).__name__, str(exc)[:MESSAGE_CHARS])
             log.warning("rank %d: %s raised %r", rank, method, exc)
-        store.set(_STATUS.format(seq=seq, rank=rank), pickle.dumps(status))
+        no_inherited_sockets()  # a call may have opened sockets (a backend's new groups)
+        store.set(_STATUS.format(seq=seq, rank=rank), msgspec.json.encode(status))
     if backend is not None and hasattr(backend, "close"):
         backend.close()
     dist.destroy_process_group()

@@ -54,6 +54,8 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
@@ -81,7 +83,7 @@ from consumers.trainer.batching import (
 )
 from consumers.trainer.checkpoints import CheckpointStore, default_checkpoint_root
 from consumers.trainer.grpo import GRPOConfig, StepObjective, finish_stats
-from consumers.trainer.ranks import RankFailure, RankGroup, RankSpec, torchrun_rank
+from consumers.trainer.ranks import RankDeadline, RankFailure, RankGroup, RankSpec, torchrun_rank
 from consumers.trainer.screenshots import MissingImage, load_images
 from consumers.trainer.shared_prefix import batch_cost, pack_shared
 from runtime.blobstore import BlobStore, open_blob_store
@@ -93,6 +95,7 @@ from runtime.errors import (
     PolicyError,
     RecordError,
 )
+from runtime.leader import RoleLease
 from runtime.policy.model import resolve_policy
 from runtime.service import Output, ServiceRunner
 from topics.events import DeadLetter, PolicyUpdate, Reward, SegmentReady
@@ -127,7 +130,9 @@ class TrainerConfig:
     # announced, and a restart resumes from the last announced one.
     keep_checkpoints: int = 0
     max_held_tokens: int = 50_000_000  # pause reading above this while a step can free memory
-    group_id: str = "trainer"  # consumer group (one trainer per group)
+    group_id: str = "trainer"  # consumer group (one trainer per group: a second one is refused)
+    # Across ranks: when a call on the process group is late, and when it ends the group.
+    rank_deadline: RankDeadline = field(default_factory=RankDeadline)
     plan: PlanConfig = field(default_factory=PlanConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
 
@@ -212,6 +217,7 @@ class Trainer:
         self.base_policy = ""
         self.last_step: dict[str, float] = {}
         self.on_done: Callable[[], None] | None = None  # called once max_steps are done
+        self.role_lost: asyncio.Event | None = None  # set if another trainer took the group
         self._job: _Job | None = None
         self._weights_spoiled = False  # a step left weights that are not finite
         self._release: list[str] = []  # groups whose policy update was sent last tick
@@ -316,6 +322,11 @@ class Trainer:
 
     async def tick(self) -> list[Output]:
         """Release announced groups, finish a done step, expire idle groups, start a step."""
+        if self.role_lost is not None and self.role_lost.is_set():
+            # This process stalled past its session and another trainer now holds the group:
+            # stop before writing anything more (nothing unacknowledged is committed).
+            raise ConfigError(f"another trainer took over group {self.config.group_id!r} on "
+                              "this log; this one stops")  # fmt: skip
         check = getattr(self.backend, "check", None)
         if check is not None:  # a rank of the trainer's process group died: stop here
             check()
@@ -638,6 +649,9 @@ class Trainer:
             "step_running": int(self._job is not None),
             **self.book.counters,
         }
+        group_stats = getattr(self.backend, "group_stats", None)
+        if group_stats is not None:  # the process group's call in flight, and late ranks
+            out.update(group_stats())
         for key in ("loss", "kl", "entropy", "clip_frac", "tokens", "step_time_s"):
             if key in self.last_step:
                 out[f"last_{key}"] = self.last_step[key]
@@ -681,31 +695,38 @@ async def trainer_service(
     as child processes, each with `rank_threads` torch threads); under torchrun it is rank
     0 of torchrun's group. The group ends when the context does.
 
+    One trainer writes per consumer group: a second one on the same log and group is refused
+    (ConfigError naming the one that is active) before it loads anything.
+
     async with trainer_service(settings, TrainerConfig(batch_groups=2)) as runner:
         await runner.run()
     """
     from runtime.runs import ensure_run
 
     run_id = (await ensure_run(settings)).run_id
+    root = config.checkpoints or default_checkpoint_root()
     options = dict(backend_options or {})
     if config.grpo.entropy_coef != 0.0:
         options.setdefault("entropy_grad", True)
     blobs = blobs or open_blob_store()
     group: RankGroup | None = None
     launched = torchrun_rank()
+    lease = await _single_writer(settings, config.group_id, root)
     try:
         if nproc > 1 or (launched is not None and launched[1] > 1):
             spec = RankSpec(config.backend, options, blobs=blobs.url, threads=rank_threads)
             if launched is not None:
-                group = await asyncio.to_thread(RankGroup.join, spec)
+                group = await asyncio.to_thread(RankGroup.join, spec, config.rank_deadline)
             else:
-                group = RankGroup.spawn(nproc, spec)  # here: the ranks die with this thread
+                # here: the ranks die with this thread
+                group = RankGroup.spawn(nproc, spec, config.rank_deadline)
                 await asyncio.to_thread(group.connect)
             backend: TrainerBackend = await asyncio.to_thread(group.backend)
         else:
             backend = make_backend(config.backend, **options)
-        store = CheckpointStore(config.checkpoints or default_checkpoint_root())
+        store = CheckpointStore(root)
         trainer = Trainer(config, backend, blobs, store, run_id)
+        trainer.role_lost = lease.lost
         await asyncio.to_thread(trainer.load)
         if trainer.version > 0 and await newest_announced(settings) >= trainer.version:
             trainer.announced()  # only a crash before the announcement's ack needs it again
@@ -716,5 +737,27 @@ async def trainer_service(
         trainer.on_done = runner.stop
         yield runner
     finally:
-        if group is not None:
-            await asyncio.to_thread(group.close)
+        try:
+            if group is not None:
+                await asyncio.to_thread(group.close)
+        finally:
+            await lease.release()
+
+
+async def _single_writer(settings: BusSettings, group_id: str, root: str) -> RoleLease:
+    """Hold the trainer's role for `group_id` on this log, or refuse naming who holds it.
+
+    Two trainers in one consumer group would split its partitions, and every group would
+    expire half-read on both; the role is elected on the log as the sampler's is
+    (runtime/leader.py), and a trainer that is not elected does not start.
+    """
+    who = f"{socket.gethostname()} pid {os.getpid()}, checkpoints in {root}"
+    lease = await RoleLease(settings, group_id, who=who).join()
+    if not lease.held:
+        await lease.release()
+        raise ConfigError(
+            f"another trainer of group {group_id!r} is active on this log: {lease.holder}. One "
+            "trainer writes per group (it owns the optimizer and the checkpoints): stop it "
+            "first, or start this one with another --group and its own --checkpoints"
+        )
+    return lease

@@ -79,6 +79,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--group", default="rollout", help="consumer group (default rollout)")
     p.add_argument(
+        "--checkpoints", default=None,
+        help="adopt policy updates only from checkpoints under this root, the trainer's "
+        "(default $SCALECUA_CHECKPOINTS, else $SCALECUA_HOME/checkpoints)",
+    )  # fmt: skip
+    p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
     )
     _bootstrap(p)
@@ -163,6 +168,7 @@ def rollout_setup(args: argparse.Namespace) -> tuple[Any, Any]:
     config = RolloutConfig(
         desktops=args.desktops, reload=args.reload, group_id=args.group,
         episode=EpisodeConfig(observe=observe, image_max_side=args.image_max_side),
+        checkpoints=getattr(args, "checkpoints", None),
     )  # fmt: skip
     return player, config
 

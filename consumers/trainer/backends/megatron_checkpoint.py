@@ -199,16 +199,33 @@ def save_optimizer_state(optimizer: Any, manifest: dict[str, Any], out: Path) ->
 
 def load_optimizer_state(optimizer: Any, manifest: dict[str, Any], folder: Path) -> None:
     """Load this rank's optimizer state written under the same TP/PP layout."""
-    import torch
 
     folder = Path(folder)
-    found = torch.load(folder / "optimizer.pt", map_location="cpu", weights_only=False)
+    found = _load_data(folder / "optimizer.pt")
     if found != manifest:
         raise PolicyError(
             f"optimizer state in {folder} was written for {found}, not {manifest}: "
             "resharding is not supported"
         )
     own = _own_file(folder)
-    optimizer.load_state_dict(torch.load(own, map_location="cpu", weights_only=False))
+    optimizer.load_state_dict(_load_data(own))
     if manifest["distributed_optimizer"]:
         optimizer.load_parameter_state(str(own.with_suffix(".params.pt")))
+
+
+def _load_data(path: Path) -> Any:
+    """A torch file of tensors and plain containers; PolicyError if it holds anything else.
+
+    weights_only: a file in a checkpoint folder is only as trusted as whoever can write the
+    folder, so it is never allowed to name code to run.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise PolicyError(
+            f"{path} holds more than tensors and plain data: refused ({exc})"
+        ) from None

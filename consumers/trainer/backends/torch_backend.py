@@ -231,7 +231,8 @@ class TorchBackend:
             self._trainable, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay
         )
         if optimizer_state is not None:
-            state = torch.load(Path(optimizer_state) / "optimizer.pt", map_location="cpu")
+            state = torch.load(Path(optimizer_state) / "optimizer.pt", map_location="cpu",
+                               weights_only=True)  # fmt: skip
             if self._ranks > 1:
                 fsdp.load_optimizer_state(self.optimizer, state)
             else:

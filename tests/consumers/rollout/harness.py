@@ -49,12 +49,17 @@ async def services(
     image_max_side: int = 640,
     reload: str = "episode",
     judge: bool = True,
+    checkpoints: str | None = None,
 ) -> AsyncIterator[ServiceRunner]:
-    """A rollout worker (and a judge) running until the block ends; yields the worker's runner."""
+    """A rollout worker (and a judge) running until the block ends; yields the worker's runner.
+
+    `checkpoints`: the run's checkpoint root, the only one whose updates the worker adopts.
+    """
     config = RolloutConfig(
         desktops=desktops,
         reload=reload,
         episode=EpisodeConfig(observe=observe, image_max_side=image_max_side),
+        checkpoints=checkpoints,
     )
     async with rollout_service(settings, config, player, blobs) as runner:
         runners = [runner]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import subprocess
 import sys
 from collections import defaultdict
@@ -200,7 +201,8 @@ async def test_workers_load_announced_weights_and_stamp_steps_with_the_version(
 ) -> None:
     checkpoint = _checkpoint(tmp_path / "ckpt", 1, seed=1)
     player = build_player("tiny", sampling=SamplingParams(temperature=1.0, max_tokens=4))
-    async with services(bus_settings, player, blobs, judge=False) as runner:
+    root = str(tmp_path / "ckpt")
+    async with services(bus_settings, player, blobs, judge=False, checkpoints=root) as runner:
         await publish_requests(bus_settings, request_group("mousepad_new_poem", 1, max_steps=1))
         await read_until(bus_settings, "trajectory-complete", lambda rs: len(rs) >= 1)
         async with EventProducer(bus_settings) as producer:
@@ -232,7 +234,8 @@ async def test_policy_updates_that_are_not_the_trainers_are_refused_and_reported
         )
         await producer.send_and_wait("policy-updates", bogus)
     player = ScriptedPlayer(load_processor(resolve_policy("tiny")))
-    async with services(bus_settings, player, blobs, judge=False) as runner:
+    root = str(tmp_path / "ckpt")
+    async with services(bus_settings, player, blobs, judge=False, checkpoints=root) as runner:
         worker = runner.processor
 
         async def settled(version: int, rejected: int) -> None:
@@ -272,6 +275,47 @@ async def test_policy_updates_that_are_not_the_trainers_are_refused_and_reported
     assert "/nonexistent is not a complete checkpoint" in letters[0].error
     assert f"{v1} holds policy version 1, not 5" in letters[1].error
     assert decode("policy-updates", letters[0].original_value).checkpoint_uri == "/nonexistent"
+
+
+async def test_an_update_from_outside_the_checkpoint_root_is_refused_and_the_next_adopted(
+    bus_settings: BusSettings, blobs: BlobStore, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 30: PolicyUpdate(901, file:///some/folder/evil-weights) — a folder laid out as a
+    # trainer checkpoint of 901, outside the run's checkpoint root — was adopted, and the
+    # trainer's next PolicyUpdate(10) was then ignored without a word.
+    root = tmp_path / "ckpt"
+    evil = _checkpoint(tmp_path / "some" / "folder", 901, seed=3)
+    v9, v10 = _checkpoint(root, 9, seed=1), _checkpoint(root, 10, seed=2)
+    player = build_player("tiny", sampling=SamplingParams(temperature=1.0, max_tokens=4))
+    async with services(
+        bus_settings, player, blobs, judge=False, checkpoints=str(root)
+    ) as runner:  # fmt: skip
+        worker = runner.processor
+        async with EventProducer(bus_settings) as producer:
+            for version, uri in ((901, f"file://{evil}"), (10, v10)):
+                update = PolicyUpdate(policy_version=version, checkpoint_uri=uri)
+                await producer.send_and_wait("policy-updates", update)
+            async with asyncio.timeout(60):
+                while player.policy_version != 10:
+                    await asyncio.sleep(0.05)
+            caplog.set_level(logging.WARNING, logger="consumers.rollout.service")
+            await producer.send_and_wait(
+                "policy-updates", PolicyUpdate(policy_version=9, checkpoint_uri=v9)
+            )
+            async with asyncio.timeout(30):
+                while not any("version 9 from" in r.getMessage() for r in caplog.records):
+                    await asyncio.sleep(0.05)
+        stats = worker.stats()
+    assert player.policy_version == 10
+    assert stats["updates_adopted"] == 1 and stats["updates_rejected"] == 1
+    (letter,) = [
+        r.event for r in await read_until(bus_settings, "dead-letter", lambda r: len(r) >= 1)
+    ]
+    assert letter.error_type == "rejected" and letter.source_topic == "policy-updates"
+    assert f"policy version 901 from 'file://{evil}' refused" in letter.error
+    assert f"is not under the run's checkpoint root {root}" in letter.error
+    (warning,) = [r.getMessage() for r in caplog.records if "version 9 from" in r.getMessage()]
+    assert "the worker holds version 10" in warning and "only move forward" in warning
 
 
 def test_the_cli_services_turn_a_group_of_requests_into_trajectories_and_rewards(

@@ -3,6 +3,7 @@ a trainer checkpoint on S3 loads into the rollout engine."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -31,7 +32,9 @@ def test_local_versions_appear_whole_and_old_states_go(tmp_path: Path) -> None:
                           _files({"optimizer.pt": "x"}), {"step": version}, keep_states=2)  # fmt: skip
         assert uri == str(tmp_path / "ckpt" / f"v{version:06d}")
     latest = store.latest()
-    assert (latest.version, latest.metadata) == (3, {"step": 3})
+    # The metadata, with the sha256 of every file of the folder (what workers check).
+    assert (latest.version, latest.metadata) == (3, {"step": 3, "files": {
+        "config.json": hashlib.sha256(b"3").hexdigest()}})  # fmt: skip
     assert sorted(p.name for p in (tmp_path / "ckpt" / "state").iterdir()) == ["v000002", "v000003"]
     with store.local_state(1) as gone, store.local_state(3) as kept:
         assert gone is None and (kept / "optimizer.pt").exists()
@@ -101,7 +104,8 @@ async def test_s3_checkpoints_resume_and_load_into_the_rollout_engine(
     uri = store.write(1, backend.save, backend.save_state, {"step": 1, "groups": ["g"]})
     store.write(2, _files({"config.json": "{}"}), None, {"step": 2})
     assert uri == "s3://train/run-1/ckpt/v000001" and store.versions() == [1, 2]
-    assert store.latest().metadata == {"step": 2}
+    assert store.latest().metadata == {"step": 2, "files": {
+        "config.json": hashlib.sha256(b"{}").hexdigest()}}  # fmt: skip
     with store.local_model(1) as folder, store.local_state(1) as state:
         assert json.loads((folder / METADATA).read_text())["groups"] == ["g"]
         policy = load_policy(folder)

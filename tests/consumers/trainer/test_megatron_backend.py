@@ -25,6 +25,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCau
 
 from consumers.trainer.backends import MicroBatch, NonFiniteStep, Sample, TokenBatch, make_backend
 from consumers.trainer.backends.megatron_backend import MegatronBackend
+from consumers.trainer.backends.megatron_checkpoint import load_optimizer_state, optimizer_manifest
 from consumers.trainer.backends.megatron_layout import (
     hf_names,
     hf_to_megatron,
@@ -291,6 +292,25 @@ def test_a_checkpoint_loads_as_a_policy_and_the_optimizer_resumes(
     again.load(tmp_path / "v1", optimizer_state=tmp_path / "state")
     steps = {float(s["step"]) for s in again.optimizer.state_dict()["state"].values()}
     assert steps == {1.0}
+
+
+class _WritesAFile:
+    """A pickle that writes a file when it is loaded."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):  # noqa: ANN204
+        return (Path.write_text, (self.path, "written by a forged optimizer.pt"))
+
+
+def test_an_optimizer_state_that_names_code_is_refused_without_running_it(tmp_path: Path) -> None:
+    # Issue 30: optimizer.pt was loaded with weights_only=False, running whatever it named.
+    marker = tmp_path / "pwned"
+    torch.save(_WritesAFile(marker), tmp_path / "optimizer.pt")
+    with pytest.raises(PolicyError, match="holds more than tensors and plain data"):
+        load_optimizer_state(None, optimizer_manifest(1, 1, False), tmp_path)
+    assert not marker.exists()
 
 
 def test_qwen25vl_trains_its_text_model_and_carries_the_vision_tower(
