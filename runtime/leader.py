@@ -381,6 +381,14 @@ class SingletonService:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        except asyncio.CancelledError:
+            # A runner that ended cancelled is stopped; only a cancellation of this task
+            # goes on up. (Raised out of the election's revocation listener, it would end
+            # aiokafka's coordination task: the election then never rejoins, silently.)
+            current = asyncio.current_task()
+            if not task.cancelled() or (current is not None and current.cancelling()):
+                raise
+            log.info("%s: the runner ended cancelled", self.role)
         except Exception:  # kept by _reap, raised by run()
             pass
         self._reap()
