@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -27,10 +28,17 @@ from tests.containers import REPO, ensure_images
 pytestmark = pytest.mark.desktop
 
 ATTACK = Path(__file__).with_name("containment_attack.py")
-ROOT = {
+SYSTEM = {
     "bin", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "opt", "proc", "root",
-    "run", "sbin", "sys", "tmp", "usr", "var", "work",
+    "run", "sbin", "sys", "tmp", "usr", "var",
 }  # fmt: skip
+# ...and the top folders of what the server runs on, wherever the checkout and interpreter are
+# (/work here, /check on CI): the package, the interpreter's prefixes and its import path.
+ROOT = SYSTEM | {
+    Path(os.path.realpath(p)).parts[1:2][0]
+    for p in (REPO, sys.prefix, sys.base_prefix, sys.executable, *filter(None, sys.path))
+    if os.path.realpath(p) != "/" and os.path.exists(p)
+}
 # The project's own data and code beside the `runtime` package: none of it has a path inside.
 HOST_PATHS = [
     str(REPO / name) for name in ("README.md", ".git", "tests", "var", "consumers", "infra")
