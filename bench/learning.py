@@ -42,13 +42,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from consumers.evaluation.run import EvalConfig, evaluate_policy  # noqa: E402
-from consumers.evaluation.stats import summarize_outcomes  # noqa: E402
+from cli.evaluation.run import EvalConfig, evaluate_policy  # noqa: E402
+from cli.evaluation.stats import summarize_outcomes  # noqa: E402
 from runtime.config import BusSettings  # noqa: E402
 from runtime.process_memory import few_malloc_arenas  # noqa: E402
 from runtime.service import ServiceRunner  # noqa: E402
 
-OBSERVE = "compact"  # what the laptop policy sees (consumers/rollout/observation.py)
+OBSERVE = "compact"  # what the laptop policy sees (runtime/policy/observation.py)
 PROMPT = "compact"  # its system prompt (runtime/policy/prompts.py)
 
 

@@ -186,7 +186,7 @@ def serving(*argvs: list[str]) -> Iterator[list[dict[str, Any]]]:
 
 def probe_argv(desktops: int) -> list[str]:
     """`scalecua verigen probe` over its own desktops, as its own process."""
-    return [sys.executable, "-m", "runtime.cli", "verigen", "probe", "--desktops", str(desktops)]
+    return [sys.executable, "-m", "cli", "verigen", "probe", "--desktops", str(desktops)]
 
 
 # -- one level --------------------------------------------------------------------------

@@ -22,5 +22,5 @@ def few_malloc_arenas() -> None:
     if os.environ.get("MALLOC_ARENA_MAX") is not None or not sys.platform.startswith("linux"):
         return
     env = {**os.environ, "MALLOC_ARENA_MAX": ARENAS}
-    # orig_argv is the command as typed (`python -m runtime.cli ...` or the console script)
+    # orig_argv is the command as typed (`python -m cli ...` or the console script)
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

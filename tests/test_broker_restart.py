@@ -21,7 +21,7 @@ from runtime.config import BusSettings
 from runtime.runs import current_run
 from tests.bus_reading import read_until
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 TASK = "terminal_write_greeting"
 
 pytestmark = pytest.mark.desktop

@@ -48,7 +48,7 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     for name in ("SCALECUA_BOOTSTRAP", "SCALECUA_BLOBS", "SCALECUA_CONFIG"):
         env.pop(name, None)
     argv = [
-        sys.executable, "-m", "runtime.cli", "up", "--policy", "tiny", "--iterations", "3",
+        sys.executable, "-m", "cli", "up", "--policy", "tiny", "--iterations", "3",
         "--batch", "1", "--n",
         "2", "--max-steps", "2", "--max-tokens", "16", "--desktops", "2", "--dashboard-port",
         "0", "--tasks", *TASKS,
@@ -94,7 +94,7 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
                        "reward", "segment-ready", "task-stats", "policy-updates"):  # fmt: skip
         path = tmp_path / f"{topic_name}.parquet"
         replay = subprocess.run(
-            [sys.executable, "-m", "runtime.cli", "replay", topic_name, "--archive",
+            [sys.executable, "-m", "cli", "replay", topic_name, "--archive",
              str(archive), "--run", summary["run"], "--out", str(path)],
             env=env, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
@@ -131,7 +131,7 @@ async def test_up_refuses_a_log_that_holds_another_run_s_records(
     """Issue 30, finding 11: `up --bootstrap` on a log with history took another trainer's
     updates for its iterations and its worker played that trainer's policy. It refuses, with
     the reason, before it starts anything; a log that holds only tasks is its own."""
-    from runtime.local_stack import _start_broker
+    from cli.up.local_stack import _start_broker
 
     settings = BusSettings(bootstrap=broker.bootstrap)
     await _write(settings, [("tasks", TaskEvent(task_id="t0", task={"id": "t0"}))])
@@ -143,7 +143,7 @@ async def test_up_refuses_a_log_that_holds_another_run_s_records(
     await _write(settings, [("policy-updates", old), ("reward", reward)])
     env = {**cli_env, "SCALECUA_HOME": str(tmp_path)}
     env.pop("SCALECUA_CONFIG", None)
-    argv = [sys.executable, "-m", "runtime.cli", "up", "--bootstrap", broker.bootstrap,
+    argv = [sys.executable, "-m", "cli", "up", "--bootstrap", broker.bootstrap,
             "--policy", "tiny", "--iterations", "1", "--batch", "1", "--n", "2",
             "--no-dashboard", "--tasks", *TASKS]  # fmt: skip
     res = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
@@ -161,7 +161,7 @@ async def test_up_s_progress_shows_only_updates_written_after_it_started(
 ) -> None:
     """The console's iterations, and the checkpoint its summary names, are the run's own: an
     update already in the log (another run's, or a resumed run's re-seeded one) is not."""
-    from runtime.local_stack import _Progress
+    from cli.up.local_stack import _Progress
     from runtime.runs import log_ends
 
     settings = BusSettings(bootstrap=broker.bootstrap)
@@ -189,9 +189,9 @@ async def test_up_takes_a_resumed_log_s_reseeded_records_as_where_its_run_starts
 ) -> None:
     """`scalecua broker --resume` re-seeds a log (task-stats, the last policy update): `up`
     against it is that run, not a log with another run's history; one more record is."""
+    from cli.up.local_stack import _start_broker
     from runtime.broker import create_topics
     from runtime.errors import ConfigError
-    from runtime.local_stack import _start_broker
 
     settings = BusSettings(bootstrap=bare_broker.bootstrap)
     await create_topics(bare_broker.bootstrap)
@@ -212,7 +212,7 @@ async def test_up_s_progress_follows_a_restarted_broker_to_its_new_log(tmp_path:
     """After a broker restart the console read the new log at the old log's positions, so it
     showed the same rollouts played for minutes (issue 30, finding 7); it reads the new log
     from its beginning."""
-    from runtime.local_stack import _Progress
+    from cli.up.local_stack import _Progress
     from runtime.runs import log_ends
 
     first = await EmbeddedBroker(log_file=tmp_path / "first.log").start()

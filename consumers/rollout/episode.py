@@ -20,14 +20,6 @@ from typing import Any
 
 import orjson
 
-from consumers.rollout.observation import (
-    IMAGE_MODES,
-    TEXT_MODES,
-    compact_observation,
-    fit_image,
-    linearize_a11y,
-    text_observation,
-)
 from consumers.rollout.players import EngineUnavailable, Player
 from runtime.blobstore import BlobStore
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
@@ -36,6 +28,14 @@ from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import run_setup
 from runtime.errors import DesktopError, StorageError, TaskError
 from runtime.policy.actions import ParseError, parse_action
+from runtime.policy.observation import (
+    IMAGE_MODES,
+    TEXT_MODES,
+    compact_observation,
+    fit_image,
+    linearize_a11y,
+    text_observation,
+)
 from topics.events import Event, RolloutRequest, RolloutStep, TrajectoryComplete
 
 __all__ = ["EpisodeConfig", "EpisodeResult", "run_episode", "TERMINAL_STATUS"]

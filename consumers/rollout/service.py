@@ -44,7 +44,6 @@ from consumers.rollout.episode import (
     error_result,
     run_episode,
 )
-from consumers.rollout.observation import IMAGE_MODES, OBSERVE_MODES
 from consumers.rollout.players import Player
 from runtime.blobstore import BlobStore
 from runtime.bus import EventConsumer, Record
@@ -56,6 +55,7 @@ from runtime.envs.tasks.model import Task
 from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageError
 from runtime.jobs import Job, JobBoard
 from runtime.policy.checkpoint import adoptable_checkpoint, default_checkpoint_root
+from runtime.policy.observation import IMAGE_MODES, OBSERVE_MODES
 from runtime.service import Output, ServiceRunner
 from runtime.tables import TopicTable
 from topics.events import DeadLetter, PolicyUpdate, RolloutRequest, TaskEvent

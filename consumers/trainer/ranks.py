@@ -36,7 +36,7 @@ are killed, which breaks rank 0's collectives at once).
 Launch: `scalecua train --nproc N` spawns ranks 1..N-1 itself (`python -m
 consumers.trainer.ranks`, killed with their parent, in a process group of their own so a
 terminal's Ctrl-C reaches rank 0 alone, which stops the group in order), or `torchrun
---nproc-per-node N -m runtime.cli train ...` starts N copies and the ranks above 0 serve.
+--nproc-per-node N -m cli train ...` starts N copies and the ranks above 0 serve.
 gloo on CPU, NCCL on GPUs. Every rank must see the checkpoint folders rank 0 names (one
 node, or a shared filesystem).
 

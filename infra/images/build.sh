@@ -131,7 +131,7 @@ project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(project["dependencies"] + project["optional-dependencies"]["docker"]))')
   reqs=("$TORCH" "${reqs[@]}")
   local list="$CACHE/service.files"
-  { source_files topics runtime producers consumers; echo pyproject.toml; echo README.md
+  { source_files topics runtime producers consumers cli; echo pyproject.toml; echo README.md
     echo consumers/dashboard/web/node_modules/chart.js/dist/chart.umd.min.js; } >"$list"
   if [ ! -f "$REPO/consumers/dashboard/web/node_modules/chart.js/dist/chart.umd.min.js" ]; then
     echo "[images] the dashboard's chart library is missing: run infra/install.sh first" >&2; exit 1

@@ -17,7 +17,8 @@ COPY topics /opt/scalecua/topics
 COPY runtime /opt/scalecua/runtime
 COPY producers /opt/scalecua/producers
 COPY consumers /opt/scalecua/consumers
-RUN printf '#!/bin/sh\nexec /opt/venv/bin/python -m runtime.cli "$@"\n' >/usr/local/bin/scalecua \
+COPY cli /opt/scalecua/cli
+RUN printf '#!/bin/sh\nexec /opt/venv/bin/python -m cli "$@"\n' >/usr/local/bin/scalecua \
     && chmod 755 /usr/local/bin/scalecua
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/scalecua \

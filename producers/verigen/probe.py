@@ -45,13 +45,13 @@ from typing import Any, Protocol
 import httpx
 from aiohttp import web
 
-from consumers.rollout.observation import linearize_a11y, text_observation
 from runtime.envs.desktop.controller import StepResult
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
 from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.model import Evaluator, Task
 from runtime.envs.tasks.setup import run_setup
 from runtime.errors import DesktopError, InfrastructureError, TaskError
+from runtime.policy.observation import linearize_a11y, text_observation
 
 __all__ = [
     "Probe",

@@ -1,7 +1,7 @@
-"""`python -m runtime.cli` runs the `scalecua` command line."""
+"""`python -m runtime.cli` runs the `scalecua` command line, as `python -m cli` does."""
 
-import sys
+import runpy
 
-from runtime.cli import entry
-
-sys.exit(entry())
+# The one door from the library up to the composition root: an entry point, run as a
+# program and never imported (tests/test_layers.py names it as the only exception).
+runpy.run_module("cli", run_name="__main__", alter_sys=True)

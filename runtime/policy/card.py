@@ -29,7 +29,7 @@ class PolicyCard:
     """The prompt and observation a policy was trained with (None: the defaults)."""
 
     prompt_variant: str | None = None  # runtime.policy.prompts.VARIANTS
-    observe: str | None = None  # consumers.rollout.observation.OBSERVE_MODES
+    observe: str | None = None  # runtime.policy.observation.OBSERVE_MODES
 
 
 def read_card(folder: str | Path) -> PolicyCard | None:

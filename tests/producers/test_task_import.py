@@ -13,7 +13,7 @@ from runtime.config import BusSettings
 from runtime.envs.tasks.builtin import builtin_ids
 from runtime.envs.tasks.model import Task
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 TASK = {
     "id": "osworld-like-0001",

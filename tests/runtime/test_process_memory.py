@@ -27,7 +27,7 @@ def test_the_process_is_run_again_with_two_arenas_unless_they_are_set() -> None:
 
 
 def test_python_dash_m_runtime_cli_survives_the_re_execution() -> None:
-    run = subprocess.run([sys.executable, "-m", "runtime.cli", "--help"], env=_env(), cwd=ROOT,
+    run = subprocess.run([sys.executable, "-m", "cli", "--help"], env=_env(), cwd=ROOT,
                          capture_output=True, text=True, timeout=60)  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert "scalecua" in run.stdout

@@ -20,7 +20,7 @@ from runtime.config import BusSettings
 from topics.events import RolloutStep
 from topics.registry import TOPICS
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 def _spawn(archive: Path, env: dict[str, str], log: Path, *extra: str) -> subprocess.Popen:

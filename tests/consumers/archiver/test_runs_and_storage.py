@@ -21,7 +21,7 @@ from runtime.runs import current_run, reseed_from_archive, run_resolver
 from runtime.service import RetryPolicy, ServiceRunner
 from topics.events import PolicyUpdate, RolloutStep, TaskEvent, TaskStats
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 async def _produce_steps(settings: BusSettings, n: int, tag: str) -> set[str]:

@@ -81,7 +81,7 @@ async def test_an_archived_run_opens_without_a_broker(tmp_path: Path) -> None:
         "SCALECUA_BOOTSTRAP": "127.0.0.1:1",  # nothing listens there: archive mode must not care
     }  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtime.cli", "dashboard", "--archive", str(tmp_path / "archive"),
+        sys.executable, "-m", "cli", "dashboard", "--archive", str(tmp_path / "archive"),
         "--port", "0", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     errors: list[str] = []
@@ -138,7 +138,7 @@ async def test_a_missing_run_or_a_wide_host_from_config_is_refused(tmp_path: Pat
     store = ArchiveStore(str(tmp_path / "archive"))
     blobs = LocalBlobStore(tmp_path / "blobs", fsync=False)
     _archive(store, OLD, _run_events(blobs, OLD, passes=1)[:3])
-    base = [sys.executable, "-m", "runtime.cli", "dashboard", "--archive", str(tmp_path / "archive"), "--port", "0"]  # fmt: skip
+    base = [sys.executable, "-m", "cli", "dashboard", "--archive", str(tmp_path / "archive"), "--port", "0"]  # fmt: skip
     cases = [
         (base + ["--run", "nope"], {}, "no run 'nope'"),
         (base, {"SCALECUA_DASHBOARD_HOST": "0.0.0.0"}, "typed on the command line"),

@@ -30,7 +30,7 @@ from topics.codec import decode
 from topics.events import PolicyUpdate
 
 pytestmark = pytest.mark.desktop
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 def _by_trajectory(records: list) -> dict[str, list]:
@@ -119,7 +119,7 @@ class RecordingTransformersPlayer:
 async def test_the_log_re_renders_every_prompt_the_engine_was_given(
     bus_settings: BusSettings, blobs: BlobStore
 ) -> None:
-    from consumers.rollout.observation import fit_image
+    from runtime.policy.observation import fit_image
     from runtime.policy.render import Turn, render_history
 
     player = build_player("tiny", sampling=SamplingParams(temperature=1.0, max_tokens=8))

@@ -20,7 +20,7 @@ from tests.bus_reading import committed, read_until
 from topics.events import Reward, TaskStats
 from topics.registry import topic
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 JUDGE = "osworld-metrics-v1"
 
 

@@ -24,7 +24,7 @@ from runtime.policy.render import HistoryRenderer
 from tests.bus_reading import committed_total
 from topics.events import RolloutStep, SegmentReady, TrajectoryComplete
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 K, DELTA = 2, 1
 
 

@@ -23,6 +23,8 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
+from cli import build_parser
+from cli.train_commands import trainer_config
 from consumers.trainer.backends import MicroBatch, NonFiniteStep, Sample, TokenBatch, make_backend
 from consumers.trainer.backends.megatron_backend import MegatronBackend
 from consumers.trainer.backends.megatron_checkpoint import load_optimizer_state, optimizer_manifest
@@ -36,8 +38,6 @@ from consumers.trainer.backends.megatron_layout import (
     tp_unshard,
 )
 from consumers.trainer.grpo import GRPOConfig, finish_stats, grpo_token_loss
-from runtime.cli import build_parser
-from runtime.cli.train_commands import trainer_config
 from runtime.errors import ConfigError, PolicyError
 from runtime.policy.model import default_tiny_policy, load_policy
 from runtime.policy.processor import load_processor

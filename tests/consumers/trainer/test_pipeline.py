@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from consumers.rollout.observation import fit_image
 from consumers.segmenter.service import Segmenter, SegmenterConfig
 from consumers.trainer.service import TrainerConfig, trainer_service
 from runtime.blobstore import BlobStore
@@ -19,6 +18,7 @@ from runtime.config import BusSettings
 from runtime.engines.base import GenerationRequest, SamplingParams
 from runtime.engines.transformers_engine import TransformersEngine
 from runtime.policy.model import Policy
+from runtime.policy.observation import fit_image
 from runtime.policy.render import HistoryRenderer
 from runtime.service import ServiceRunner
 from tests.bus_reading import read_until

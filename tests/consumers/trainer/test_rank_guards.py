@@ -34,7 +34,7 @@ from runtime.config import BusSettings
 from runtime.policy.model import Policy, default_tiny_policy
 from tests.consumers.trainer.harness import JUDGE, make_group, publish, wait_while_running
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 _O_CLOEXEC = 0o2000000
 
 

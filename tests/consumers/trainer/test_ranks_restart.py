@@ -22,7 +22,7 @@ from runtime.policy.model import Policy
 from tests.bus_reading import committed, read_until
 from tests.consumers.trainer.harness import make_group, publish, wait_while_running
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_as_if_uninterrupted(
@@ -86,7 +86,7 @@ async def test_kill_9_of_rank_1_mid_step_ends_the_group_and_the_restart_trains_a
 
     # The restart is torchrun's: the same group, launched the other way.
     torchrun = [str(Path(sys.executable).parent / "torchrun"), "--nproc-per-node", "2", "-m",
-                "runtime.cli", *train("killed")]  # fmt: skip
+                "cli", *train("killed")]  # fmt: skip
     restarted = subprocess.run([*torchrun, "--max-steps", "2"], env=env, timeout=300,
                                capture_output=True, text=True)  # fmt: skip
     assert restarted.returncode == 0, restarted.stderr[-3000:]

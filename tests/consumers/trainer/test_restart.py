@@ -18,7 +18,7 @@ from tests.bus_reading import committed, read_until
 from tests.consumers.trainer.harness import make_group, publish, wait_while_running
 from topics.events import PolicyUpdate
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 async def test_kill_9_between_checkpoint_and_commit_trains_every_group_exactly_once(

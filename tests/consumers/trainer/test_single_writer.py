@@ -22,7 +22,7 @@ from runtime.service import ServiceRunner
 from tests.bus_reading import read_until
 from tests.consumers.trainer.harness import make_group, publish
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 async def test_a_second_trainer_on_the_group_is_refused_and_the_first_trains_every_group(

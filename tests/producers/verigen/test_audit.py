@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
+from cli import main
 from producers.task_import import publish_tasks
 from producers.verigen.audit import audit, objective_similarity
 from producers.verigen.embedding import default_embedder
 from producers.verigen.sources import load_task_folder, read_tasks
-from runtime.cli import main
 from runtime.config import BusSettings
 from tests.producers.verigen.scenarios import NOTE_JUDGE, note_candidate
 from topics.events import TaskEvent

@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.desktop,
     pytest.mark.skipif(os.geteuid() != 0, reason="desktops and the judge sandbox need root"),
 ]
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 FAILED = "terminal_project_scaffold"  # every rollout leaves the reference at `mkdir src`
 SOLVED = ["terminal_create_empty_notes", "terminal_rename_draft"]  # cosine 0.50: one cluster
 ALONE = "terminal_mkdir_projects"  # solved too, but like neither (cosine 0.34 and 0.20)

@@ -22,7 +22,7 @@ from runtime.config import BusSettings
 from tests.vllm_server import VLLM_PYTHON, SharedServer
 from topics.events import SynthesisEvent
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 pytestmark = [
     pytest.mark.integration,

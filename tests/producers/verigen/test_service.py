@@ -35,7 +35,7 @@ pytestmark = [
     pytest.mark.desktop,
     pytest.mark.skipif(os.geteuid() != 0, reason="desktops and the judge sandbox need root"),
 ]
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from cli import main
 from runtime.config import BusSettings
 from runtime.envs.desktop.pool import DesktopPool
 from runtime.envs.tasks.families import (

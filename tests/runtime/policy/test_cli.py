@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from runtime.cli import main
+from cli import main
 from runtime.policy.model import load_policy
 
 
@@ -43,7 +43,7 @@ def test_init_is_seeded(tmp_path: Path) -> None:
 def test_check_prints_one_json_line_within_1e5(tiny_dir: Path) -> None:
     # A subprocess with no hub access: the whole path is offline.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "runtime.cli", "policy", "check", str(tiny_dir), "--threads", "2"]
+    cmd = [sys.executable, "-m", "cli", "policy", "check", str(tiny_dir), "--threads", "2"]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = [line for line in done.stdout.splitlines() if line.strip()]

@@ -186,7 +186,7 @@ async def test_containers_of_a_dead_owner_are_removed_by_the_next_start(docker_h
 
 def test_tasks_check_on_docker_desktops(docker_host: str) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "runtime.cli", "tasks", "check", "terminal_write_greeting",
+        [sys.executable, "-m", "cli", "tasks", "check", "terminal_write_greeting",
          "--desktops", "1", "--desktops-kind", "docker"],
         capture_output=True, text=True, timeout=300, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)},

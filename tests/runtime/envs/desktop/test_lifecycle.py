@@ -130,7 +130,7 @@ async def test_pool_hands_out_reset_desktops(desktop_root: Path) -> None:
 async def test_desktop_up_cli_starts_and_stops_cleanly(tmp_path: Path) -> None:
     env = {**os.environ, "SCALECUA_DESKTOP_ROOT": str(tmp_path)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "runtime.cli", "desktop", "up", "--n", "2",
+        sys.executable, "-m", "cli", "desktop", "up", "--n", "2",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     try:

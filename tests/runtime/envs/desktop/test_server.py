@@ -258,7 +258,7 @@ async def test_compact_tree_keeps_a_sheets_used_block_and_what_is_showing(
 
     import openpyxl
 
-    from consumers.rollout.observation import compact_observation
+    from runtime.policy.observation import compact_observation
 
     book = openpyxl.Workbook()
     for row in (["alpha", "beta"], [1, 2]):

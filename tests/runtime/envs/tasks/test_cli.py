@@ -12,7 +12,7 @@ import pytest
 from runtime.envs.tasks.builtin import builtin_ids
 
 UNSEEN = Path(__file__).parent / "unseen"
-SCALECUA = [sys.executable, "-c", "import sys; from runtime.cli import main; sys.exit(main())"]
+SCALECUA = [sys.executable, "-c", "import sys; from cli import main; sys.exit(main())"]
 
 
 def _scalecua(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from runtime.envs.tasks.coverage import apps_needed, live_web_urls
 from runtime.envs.tasks.model import Task, load_task
 from runtime.envs.tasks.support import unsupported_parts
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 OSWORLD = Path(__file__).resolve().parents[3] / "data" / "osworld"
 INDEX = OSWORLD / "index_coverage.json"
 SHARED = "06fe7178-4491-4589-810f-2e2bc9502122"

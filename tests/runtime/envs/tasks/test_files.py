@@ -19,7 +19,7 @@ from runtime.envs.tasks.files.fetch import _check_hop, drive_confirm_url
 from runtime.errors import FetchError, FileNotCached
 from tests.runtime.envs.tasks.loopback_http import Route, loopback_server
 
-SCALECUA = [sys.executable, "-m", "runtime.cli"]
+SCALECUA = [sys.executable, "-m", "cli"]
 FAST = FetchLimits(retries=3, backoff_s=0.01, timeout_s=10)
 DRIVE = "https://drive.usercontent.google.com/download?id=TEST-{}&export=download"
 
