@@ -37,7 +37,7 @@ _AREAS = (
     "cli.eval_commands",
     "cli.dashboard_commands",
     "cli.verigen_commands",
-    "cli.settings",
+    "cli.settings.show",
 )
 
 

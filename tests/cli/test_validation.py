@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from cli import build_parser
-from cli.settings import ListKind, _Setting, _walk, bind_settings, check_parsed
+from cli.settings import ListKind, bind_settings, check_parsed
+from cli.settings.binding import Setting, walk_commands
 from producers.task_import import publish_tasks
 from runtime.bus import EventConsumer
 from runtime.config import BusSettings
@@ -209,11 +210,11 @@ def test_every_option_declares_what_it_takes_and_its_default_is_valid() -> None:
     """Every option of every command is a checked setting with a range, and its default passes."""
     parser = build_parser()
     seen, bare = 0, []
-    for command, sub in _walk(parser):
+    for command, sub in walk_commands(parser):
         for action in sub._actions:
             if not action.option_strings or isinstance(action, argparse._HelpAction):
                 continue
-            assert isinstance(action.type, _Setting), (command, action.dest)
+            assert isinstance(action.type, Setting), (command, action.dest)
             seen += 1
             if not action.type.ranged:
                 bare.append(f"{command} {action.option_strings[-1]}")
@@ -232,7 +233,7 @@ def test_a_bare_number_option_is_still_checked_and_flagged() -> None:
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("thing").add_argument("--wait", type=float, default=1.0)
     bind_settings(parser)
-    (action,) = [a for a in _walk(parser)[0][1]._actions if a.dest == "wait"]
+    (action,) = [a for a in walk_commands(parser)[0][1]._actions if a.dest == "wait"]
     assert not action.type.ranged
     with pytest.raises(SettingError, match=r"\[thing\] wait = nan on the command line"):
         parser.parse_args(["thing", "--wait", "nan"])
