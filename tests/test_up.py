@@ -161,13 +161,13 @@ async def test_up_s_progress_shows_only_updates_written_after_it_started(
 ) -> None:
     """The console's iterations, and the checkpoint its summary names, are the run's own: an
     update already in the log (another run's, or a resumed run's re-seeded one) is not."""
-    from cli.up.local_stack import _Progress
+    from cli.up.progress import Progress
     from runtime.runs import log_ends
 
     settings = BusSettings(bootstrap=broker.bootstrap)
     old = PolicyUpdate(policy_version=2, checkpoint_uri="file:///another/run/v000002")
     await _write(settings, [("policy-updates", old)])
-    progress = _Progress(settings, 3, "v1", await log_ends(settings, _Progress.TOPICS))
+    progress = Progress(settings, 3, "v1", await log_ends(settings, Progress.TOPICS))
     task = asyncio.create_task(progress.run())
     try:
         mine = PolicyUpdate(policy_version=1, checkpoint_uri="file:///mine/v000001")
@@ -212,7 +212,7 @@ async def test_up_s_progress_follows_a_restarted_broker_to_its_new_log(tmp_path:
     """After a broker restart the console read the new log at the old log's positions, so it
     showed the same rollouts played for minutes (issue 30, finding 7); it reads the new log
     from its beginning."""
-    from cli.up.local_stack import _Progress
+    from cli.up.progress import Progress
     from runtime.runs import log_ends
 
     first = await EmbeddedBroker(log_file=tmp_path / "first.log").start()
@@ -224,7 +224,7 @@ async def test_up_s_progress_follows_a_restarted_broker_to_its_new_log(tmp_path:
             trajectory_id=f"g/0@{i}", status="done", num_steps=1, request_id="g/0",
         )) for i in range(n)]  # fmt: skip
 
-    progress = _Progress(settings, 3, "v1", await log_ends(settings, _Progress.TOPICS))
+    progress = Progress(settings, 3, "v1", await log_ends(settings, Progress.TOPICS))
     progress.run_check_interval_s = 0.5
     task = asyncio.create_task(progress.run())
     try:

@@ -23,7 +23,6 @@ import contextlib
 import os
 import signal
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from shlex import quote
 from typing import Any
@@ -32,11 +31,12 @@ import orjson
 
 from cli.bus_tools import start_embedded
 from cli.up.console import UpConsole
+from cli.up.progress import Progress
 from consumers.archiver.service import Archiver, ArchiverConfig
 from runtime.broker import EmbeddedBroker, create_topics
 from runtime.config import BusSettings, broker_state_file, home_dir
 from runtime.errors import ConfigError
-from runtime.runs import RunWatch, ensure_run, log_ends, log_history, run_resolver
+from runtime.runs import ensure_run, log_ends, log_history, run_resolver
 from runtime.service import ServiceRunner
 from runtime.service_logs import ServiceLogs, as_service
 from topics.events import RunStarted
@@ -124,165 +124,6 @@ def _checkpoint_root(explicit: str | None, run_id: str, resumed_from: str | None
     return str(mine)
 
 
-class _Progress:
-    """Follows `reward`, `trajectory-complete` and `policy-updates`: one row per iteration."""
-
-    TOPICS = ("reward", "trajectory-complete", "policy-updates")
-
-    def __init__(
-        self,
-        settings: BusSettings,
-        iterations: int,
-        judge_version: str,
-        starts: dict[Any, int] | None = None,
-    ) -> None:
-        self.settings = settings
-        self.iterations = iterations
-        self.judge_version = judge_version
-        # Where the run's own records begin (log_ends before any service wrote): what is
-        # below is another run's (a resumed run's re-seeded update is not an iteration).
-        self.starts = starts or {}
-        self.run_check_interval_s = 5.0  # how often the log's run is re-read
-        self.started = time.monotonic()
-        self.rows: list[dict[str, Any]] = []
-        self.rewards: list[Any] = []  # every reward of this judge version
-        self._since: list[Any] = []  # rewards since the last update
-        self.played = 0  # trajectories completed
-        self.trajectories_by_version: dict[int, int] = defaultdict(int)
-        self.last_uri: str | None = None
-        self._wanted = float("inf")  # shown() waits for this version
-        self._shown = asyncio.Event()
-        self._last_at = self.started
-        self.warm_steps = 0  # versions up to this one are the warm start's SFT steps (planned,
-        # then as taken: the RL trainer's first version follows the last one taken)
-        self.warm_rows: list[dict[str, Any]] = []
-
-    async def run(self) -> None:
-        """Read the topics from the run's start until cancelled, and a new log from its own."""
-        from runtime.bus import EventConsumer
-
-        topics = list(self.TOPICS)
-        watch = await RunWatch(self.settings).start()
-        try:
-            async with EventConsumer(self.settings, topics, group_id=None) as consumer:
-                for tp in await consumer.read_all(*topics):
-                    if self.starts.get(tp):
-                        consumer.raw.seek(tp, self.starts[tp])
-                checked = time.monotonic()
-                while True:
-                    self._read(await consumer.getmany(timeout_ms=500))
-                    if time.monotonic() - checked >= self.run_check_interval_s:
-                        checked = time.monotonic()
-                        # A restarted broker's log starts at 0 again: positions of the old
-                        # one would skip its first records (the console stood still).
-                        if await watch.verdict() == RunWatch.CHANGED:
-                            watch.accept()
-                            for tp in consumer.raw.assignment():
-                                consumer.raw.seek(tp, 0)
-        finally:
-            await watch.stop()
-
-    def _read(self, records: list[Any]) -> None:
-        from topics.events import PolicyUpdate, Reward, TrajectoryComplete
-
-        for record in records:
-            event = record.event
-            if isinstance(event, Reward) and event.judge_version == self.judge_version:
-                self.rewards.append(event)
-                self._since.append(event)
-                self.trajectories_by_version[event.policy_version] += 1
-            elif isinstance(event, TrajectoryComplete):
-                self.played += 1
-            elif isinstance(event, PolicyUpdate) and event.policy_version > 0:
-                self._iteration(event)
-                if self.last_version >= self._wanted:
-                    self._shown.set()
-        _console.counts(played=self.played, scored=len(self.rewards))
-
-    def _elapsed(self) -> str:
-        seconds = int(time.monotonic() - self.started)
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-
-    @property
-    def last_version(self) -> int:
-        """The newest policy version read and shown (warm start or RL)."""
-        return max((r["policy_version"] for r in [*self.warm_rows, *self.rows]), default=0)
-
-    async def shown(self, version: int, timeout_s: float = 15.0) -> None:
-        """Wait until `version`'s update has been read and shown, or `timeout_s` seconds."""
-        self._wanted = version
-        if self.last_version < version:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._shown.wait(), timeout_s)
-
-    def _iteration(self, update: Any) -> None:
-        if any(r["policy_version"] == update.policy_version for r in self.rows):
-            return  # a re-announcement (trainer restart)
-        scored = [r for r in self._since if r.scored]
-        self._since = []
-        m = update.metrics
-        now = time.monotonic()
-        row = {
-            "iteration": len(self.rows) + 1,
-            "label": str(len(self.rows) + 1),
-            "policy_version": update.policy_version,
-            **_trained_on(update.policy_version, m, scored),
-            "step_time_s": round(m.get("step_time_s", 0.0), 1),
-            "loss": round(m.get("loss", 0.0), 5),
-            "groups": int(m.get("groups", 0)),
-            "groups_all_equal": int(m.get("groups_all_equal", 0)),
-            "elapsed_s": round(now - self.started, 1),
-            "duration_s": round(now - self._last_at, 1),
-        }
-        self._last_at = now
-        self.last_uri = update.checkpoint_uri
-        _console.counts(version=update.policy_version)
-        reward = "n/a" if row["mean_reward"] is None else f"{row['mean_reward']:+.2f}"
-        passed = "n/a" if row["pass_rate"] is None else f"{row['pass_rate']:.0%}"
-        if update.policy_version <= self.warm_steps:
-            # Its rollouts are the scripted episodes the step trained on, not rewards since.
-            row.update(phase="warm start", label=f"warm {update.policy_version}",
-                       rollouts=int(m.get("rollouts", 0)), pass_rate=None, mean_reward=None)  # fmt: skip
-            self.warm_rows.append(row)
-            _console.iteration(row, (
-                f"warm start step {update.policy_version}: SFT on {row['rollouts']} scripted "
-                f"episodes, loss {row['loss']}, step {row['step_time_s']}s; policy "
-                f"v{update.policy_version}; {self._elapsed()}"
-            ))  # fmt: skip
-            return
-        row["iteration"] = len(self.rows) + 1
-        row["phase"] = "rl"
-        self.rows.append(row)
-        _console.iteration(row, (
-            f"iteration {row['iteration']}/{self.iterations}: policy v{update.policy_version} "
-            f"from {row['rollouts']} rollouts in {row['groups']} groups "
-            f"({row['groups_all_equal']} all-equal; played by "
-            f"v{','.join(map(str, row['rollout_versions'])) or '-'}): reward {reward}, pass "
-            f"{passed}; step {row['step_time_s']}s, loss {row['loss']}; {self._elapsed()}"
-        ))  # fmt: skip
-
-
-def _trained_on(version: int, metrics: dict[str, float], since: list[Any]) -> dict[str, Any]:
-    """What a step trained on: its groups' rollouts, their rewards and the versions that
-    played them (from the step's metrics; else the rewards scored since the last update)."""
-    if "pass_rate" in metrics and "reward_mean" in metrics:
-        lo, hi = int(metrics.get("lag_min", 0)), int(metrics.get("lag_max", 0))
-        return {
-            "rollouts": int(metrics.get("rollouts", 0)),
-            "mean_reward": round(metrics["reward_mean"], 3),
-            "pass_rate": round(metrics["pass_rate"], 3),
-            # a step turns version - 1 into version; a rollout `lag` behind was played by
-            "rollout_versions": list(range(max(0, version - 1 - hi), version - lo)),
-        }
-    n = len(since)
-    return {
-        "rollouts": n,
-        "mean_reward": round(sum(r.score for r in since) / n, 3) if n else None,
-        "pass_rate": round(sum(r.score >= 1.0 for r in since) / n, 3) if n else None,
-        "rollout_versions": sorted({r.policy_version for r in since}),
-    }
-
-
 async def _start_dashboard(
     stack: contextlib.AsyncExitStack, settings: BusSettings, port: int, mu: float, sigma: float
 ) -> str:
@@ -318,20 +159,30 @@ async def run_up(
 
 
 async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
-    from cli.rollout_commands import rollout_setup
-    from cli.sample_commands import sampler_config
-    from cli.segment_commands import segmenter_config
-    from cli.train_commands import rank_threads, trainer_config
-    from consumers.judge.service import Judge, JudgeConfig
-    from consumers.rollout.service import rollout_service
-    from consumers.sampler.service import sampler_service
-    from consumers.segmenter.service import Segmenter
-    from consumers.trainer.service import trainer_service
-    from runtime.blobstore import open_blob_store
+    _check(config)
+    up = _UpRun(config)
+    try:
+        await up.open_log(logs)
+        async with contextlib.AsyncExitStack() as stack:
+            up.stack = stack
+            await up.start_scoring()
+            await up.start_trainer()
+            await up.start_sampler()
+            await up.start_rollout()
+            _console.phase("RL", f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
+            up.outcome = await _wait(up.tasks, up.stop_requested)
+            await up.stop_in_order()
+    finally:
+        await up.close()
+    up.report(logs is not None)
+    return {"done": 0, "interrupted": 130}.get(up.outcome, 1)
+
+
+def _check(config: UpConfig) -> None:
+    """Refuse what `up` cannot run before anything starts."""
     from runtime.envs.tasks.builtin import builtin_ids
 
-    svc = config.services
-    rollout_args, train_args = svc["rollout"], svc["train"]
+    rollout_args = config.services["rollout"]
     if rollout_args.policy == "scripted":
         raise ConfigError("`up` trains the policy it plays: use tiny, smollm2 or a model folder")
     if rollout_args.context[0] <= 0:
@@ -339,172 +190,222 @@ async def _run_up(config: UpConfig, logs: ServiceLogs | None) -> int:
     unknown = sorted(set(config.tasks or []) - set(builtin_ids()))
     if unknown:
         raise ConfigError(f"not built-in tasks: {', '.join(unknown)}")
-    started = time.monotonic()
-    archive = config.archive or str(home_dir() / "archive")
-    boot, broker = await _start_broker(config.bootstrap, config.resume, archive)
-    settings = BusSettings(bootstrap=boot)
-    blobs = open_blob_store()
-    run = await ensure_run(settings)
-    log_dir = home_dir() / "runs" / run.run_id / "logs"
-    if logs is not None:
-        logs.open(log_dir)
-        _say(f"service logs: {quote(str(log_dir))}/<service>.log (warnings and errors also here)")
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    archiver = Archiver(ArchiverConfig(root=archive), run_resolver(settings))
-    starts = await log_ends(settings, _Progress.TOPICS)
-    progress = _Progress(settings, config.iterations, train_args.judge_version, starts)
-    tasks: dict[str, asyncio.Task] = {}
-    runners: dict[str, ServiceRunner] = {}
-    outcome, url, checkpoints = "failed", None, None
-    try:
-        async with contextlib.AsyncExitStack() as stack:
 
-            def start(name: str, runner: ServiceRunner) -> None:
-                runners[name] = runner
-                tasks[name] = asyncio.create_task(runner.run(install_signal_handlers=False))
 
-            start("archiver", ServiceRunner(archiver, settings, metrics_interval_s=60))
-            await asyncio.wait_for(runners["archiver"].ready.wait(), 60)
-            _say(f"archiver writing every topic to {quote(archive)}")
-            ids = await _publish_pool(settings, config)
+class _UpRun:
+    """One `up` run in phases: the log, the services in the order they start, the stop in
+    order, the summary. The services it starts, their tasks and the exit stack live here."""
 
-            judge_args = svc["judge"]
-            judge_config = JudgeConfig(
-                judge_args.judge_version, judge_args.incomplete_reward, judge_args.group
-            )
-            start("judge", ServiceRunner(Judge(judge_config, blobs), settings,
-                                         metrics_interval_s=60))  # fmt: skip
+    def __init__(self, config: UpConfig) -> None:
+        self.config = config
+        self.svc = config.services
+        self.started = time.monotonic()
+        self.archive = config.archive or str(home_dir() / "archive")
+        self.tasks: dict[str, asyncio.Task] = {}
+        self.runners: dict[str, ServiceRunner] = {}
+        self.stack: contextlib.AsyncExitStack
+        self.stop_requested = asyncio.Event()
+        self.outcome = "failed"
+        self.url: str | None = None
+        self.checkpoints: str | None = None
+        self.broker: EmbeddedBroker | None = None
+        self.signals = False
 
-            player, rollout_config = rollout_setup(rollout_args)
-            k, delta = rollout_args.context
-            segmenter = Segmenter(segmenter_config(svc["segment"], k, delta), player.processor,
-                                  blobs)  # fmt: skip
-            start("segmenter", ServiceRunner(segmenter, settings, metrics_interval_s=60))
-            if config.dashboard_port is not None:
-                url = await _start_dashboard(stack, settings, config.dashboard_port,
-                                             svc["sample"].mu, svc["sample"].sigma)  # fmt: skip
-                _say(f"dashboard: {url}")
-            tasks["progress"] = asyncio.create_task(progress.run())
+    async def open_log(self, logs: ServiceLogs | None) -> None:
+        """The broker, the run, the service log folder, the signals and what reads the log."""
+        from runtime.blobstore import open_blob_store
 
-            trainer_cfg, options = trainer_config(train_args)
-            checkpoints = _checkpoint_root(
-                config.checkpoints or train_args.checkpoints, run.run_id, run.resumed_from
-            )
-            warm_steps = 0
-            progress.warm_steps = config.warm_steps
-            if config.warm_steps > 0:
-                warm_steps = await _warm_start(
-                    settings, config, blobs, ids, checkpoints, rollout_args, rollout_config,
-                    options, start, _stopper(runners, tasks),
-                )  # fmt: skip
-            progress.warm_steps = warm_steps
-            trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy, checkpoints=checkpoints,
-                                   max_steps=warm_steps + config.iterations)  # fmt: skip
-            with as_service("trainer"):
-                trainer_runner = await stack.enter_async_context(
-                    trainer_service(
-                        settings,
-                        trainer_cfg,
-                        backend_options=options,
-                        blobs=blobs,
-                        metrics_interval_s=60,
-                        nproc=train_args.nproc,
-                        rank_threads=rank_threads(train_args, train_args.nproc),
-                    )  # fmt: skip
-                )
-            start("trainer", trainer_runner)
-            ranks = f" on {train_args.nproc} ranks" if train_args.nproc > 1 else ""
-            _say(f"trainer: {trainer_cfg.plan.objective} on {rollout_args.policy}{ranks}, "
-                 f"{trainer_cfg.batch_groups} groups per step, from version "
-                 f"{trainer_runner.processor.version}; "
-                 f"checkpoints in {quote(str(checkpoints))}")  # fmt: skip
-
-            sample_args = svc["sample"]
-            sampler_cfg = sampler_config(sample_args)
-            if sampler_cfg.batch_tasks != trainer_cfg.batch_groups:
-                raise ConfigError(
-                    f"the sampler's batch ({sampler_cfg.batch_tasks} tasks) and the trainer's "
-                    f"step ({trainer_cfg.batch_groups} groups) must be the same B"
-                )
-            start("sampler", await stack.enter_async_context(
-                sampler_service(settings, sampler_cfg)))  # fmt: skip
-            _say(f"sampler: {sampler_cfg.frontier.strategy}, B={sampler_cfg.batch_tasks} tasks "
-                 f"x n={sampler_cfg.group_size} rollouts, at most {sampler_cfg.max_steps} turns")  # fmt: skip
-
-            # The worker adopts only this run's checkpoints, whatever else the log announces.
-            rollout_config = _replace(rollout_config, checkpoints=checkpoints)
-            with as_service("rollout"):
-                start("rollout", await stack.enter_async_context(
-                    rollout_service(settings, rollout_config, player, blobs)))  # fmt: skip
-            _say(f"rollout worker: policy {rollout_args.policy} on {rollout_config.desktops} "
-                 f"desktops, observing {rollout_config.episode.observe}; screenshots -> "
-                 f"{blobs.url}")  # fmt: skip
-
-            _console.phase("RL", f"running {config.iterations} iterations (Ctrl-C stops cleanly)")
-            outcome = await _wait(tasks, stop)
-            if outcome == "done":  # the last iteration's line first: it reads the update back
-                await progress.shown(trainer_runner.processor.version)
-                _say("the trainer took its last step: stopping every service")
-            # Stop in order: producers of work first, the archiver last. After the trainer's
-            # last step, the judge, the segmenter and the archiver first finish what the
-            # stages before them wrote, so the archive holds a reward and segments for every
-            # trajectory that completed. After Ctrl-C they stop at once: what they hold stays
-            # uncommitted and a resumed run re-reads it.
-            # (services, whether they first finish their backlog)
-            _console.phase("stopping")
-            stages = ((("sampler",), False), (("rollout",), False),
-                      (("judge", "segmenter"), True), (("trainer",), False),
-                      (("archiver",), True))  # fmt: skip
-            for stage, drain in stages:
-                if drain and outcome == "done":
-                    await asyncio.gather(*(_drain(runners[name], name) for name in stage))
-                for name in stage:
-                    runners[name].stop()
-                    await _join(tasks, name)
-    finally:
-        for name in list(tasks):
-            if name in runners:
-                runners[name].stop()
-            elif not tasks[name].done():
-                tasks[name].cancel()
-        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        boot, self.broker = await _start_broker(
+            self.config.bootstrap, self.config.resume, self.archive
+        )
+        self.settings = BusSettings(bootstrap=boot)
+        self.blobs = open_blob_store()
+        self.run = await ensure_run(self.settings)
+        self.log_dir = home_dir() / "runs" / self.run.run_id / "logs"
+        if logs is not None:
+            logs.open(self.log_dir)
+            _say(f"service logs: {quote(str(self.log_dir))}/<service>.log "
+                 "(warnings and errors also here)")  # fmt: skip
+        loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        if broker:
-            broker.stop()
+            loop.add_signal_handler(sig, self.stop_requested.set)
+        self.signals = True
+        self.archiver = Archiver(ArchiverConfig(root=self.archive), run_resolver(self.settings))
+        starts = await log_ends(self.settings, Progress.TOPICS)
+        self.progress = Progress(self.settings, self.config.iterations,
+                                 self.svc["train"].judge_version, starts, _console)  # fmt: skip
+
+    def start(self, name: str, runner: ServiceRunner) -> None:
+        """Run a service's runner as a task of this run."""
+        self.runners[name] = runner
+        self.tasks[name] = asyncio.create_task(runner.run(install_signal_handlers=False))
+
+    async def start_scoring(self) -> None:
+        """The archiver, the run's tasks, the judge, the segmenter, the dashboard, progress."""
+        from cli.rollout_commands import rollout_setup
+        from cli.segment_commands import segmenter_config
+        from consumers.judge.service import Judge, JudgeConfig
+        from consumers.segmenter.service import Segmenter
+
+        self.start("archiver", ServiceRunner(self.archiver, self.settings, metrics_interval_s=60))
+        await asyncio.wait_for(self.runners["archiver"].ready.wait(), 60)
+        _say(f"archiver writing every topic to {quote(self.archive)}")
+        self.ids = await _publish_pool(self.settings, self.config)
+        judge_args = self.svc["judge"]
+        judge_config = JudgeConfig(
+            judge_args.judge_version, judge_args.incomplete_reward, judge_args.group
+        )
+        self.start("judge", ServiceRunner(Judge(judge_config, self.blobs), self.settings,
+                                          metrics_interval_s=60))  # fmt: skip
+        self.player, self.rollout_config = rollout_setup(self.svc["rollout"])
+        k, delta = self.svc["rollout"].context
+        segmenter = Segmenter(segmenter_config(self.svc["segment"], k, delta),
+                              self.player.processor, self.blobs)  # fmt: skip
+        self.start("segmenter", ServiceRunner(segmenter, self.settings, metrics_interval_s=60))
+        if self.config.dashboard_port is not None:
+            self.url = await _start_dashboard(self.stack, self.settings, self.config.dashboard_port,
+                                              self.svc["sample"].mu, self.svc["sample"].sigma)  # fmt: skip
+            _say(f"dashboard: {self.url}")
+        self.tasks["progress"] = asyncio.create_task(self.progress.run())
+
+    async def start_trainer(self) -> None:
+        """The warm start when there is one, then the RL trainer that continues it."""
+        from cli.train_commands import rank_threads, trainer_config
+        from consumers.trainer.service import trainer_service
+
+        rollout_args, train_args = self.svc["rollout"], self.svc["train"]
+        trainer_cfg, options = trainer_config(train_args)
+        self.checkpoints = _checkpoint_root(
+            self.config.checkpoints or train_args.checkpoints, self.run.run_id,
+            self.run.resumed_from,
+        )  # fmt: skip
+        warm_steps = 0
+        self.progress.warm_steps = self.config.warm_steps
+        if self.config.warm_steps > 0:
+            warm_steps = await _warm_start(
+                self.settings, self.config, self.blobs, self.ids, self.checkpoints, rollout_args,
+                self.rollout_config, options, self.start, _stopper(self.runners, self.tasks),
+            )  # fmt: skip
+        self.progress.warm_steps = warm_steps
+        self.trainer_cfg = _replace(trainer_cfg, policy=rollout_args.policy,
+                                    checkpoints=self.checkpoints,
+                                    max_steps=warm_steps + self.config.iterations)  # fmt: skip
+        with as_service("trainer"):
+            self.trainer = await self.stack.enter_async_context(
+                trainer_service(
+                    self.settings,
+                    self.trainer_cfg,
+                    backend_options=options,
+                    blobs=self.blobs,
+                    metrics_interval_s=60,
+                    nproc=train_args.nproc,
+                    rank_threads=rank_threads(train_args, train_args.nproc),
+                )  # fmt: skip
+            )
+        self.start("trainer", self.trainer)
+        ranks = f" on {train_args.nproc} ranks" if train_args.nproc > 1 else ""
+        _say(f"trainer: {self.trainer_cfg.plan.objective} on {rollout_args.policy}{ranks}, "
+             f"{self.trainer_cfg.batch_groups} groups per step, from version "
+             f"{self.trainer.processor.version}; "
+             f"checkpoints in {quote(str(self.checkpoints))}")  # fmt: skip
+
+    async def start_sampler(self) -> None:
+        """The sampler, on the trainer's B."""
+        from cli.sample_commands import sampler_config
+        from consumers.sampler.service import sampler_service
+
+        sampler_cfg = sampler_config(self.svc["sample"])
+        if sampler_cfg.batch_tasks != self.trainer_cfg.batch_groups:
+            raise ConfigError(
+                f"the sampler's batch ({sampler_cfg.batch_tasks} tasks) and the trainer's "
+                f"step ({self.trainer_cfg.batch_groups} groups) must be the same B"
+            )
+        self.start("sampler", await self.stack.enter_async_context(
+            sampler_service(self.settings, sampler_cfg)))  # fmt: skip
+        _say(f"sampler: {sampler_cfg.frontier.strategy}, B={sampler_cfg.batch_tasks} tasks "
+             f"x n={sampler_cfg.group_size} rollouts, at most {sampler_cfg.max_steps} turns")  # fmt: skip
+
+    async def start_rollout(self) -> None:
+        """The rollout worker, on this run's checkpoints only."""
+        from consumers.rollout.service import rollout_service
+
+        # The worker adopts only this run's checkpoints, whatever else the log announces.
+        config = _replace(self.rollout_config, checkpoints=self.checkpoints)
+        with as_service("rollout"):
+            self.start("rollout", await self.stack.enter_async_context(
+                rollout_service(self.settings, config, self.player, self.blobs)))  # fmt: skip
+        _say(f"rollout worker: policy {self.svc['rollout'].policy} on {config.desktops} "
+             f"desktops, observing {config.episode.observe}; screenshots -> "
+             f"{self.blobs.url}")  # fmt: skip
+
+    async def stop_in_order(self) -> None:
+        """Stop every service in order: producers of work first, the archiver last."""
+        if self.outcome == "done":  # the last iteration's line first: it reads the update back
+            await self.progress.shown(self.trainer.processor.version)
+            _say("the trainer took its last step: stopping every service")
+        # After the trainer's last step, the judge, the segmenter and the archiver first
+        # finish what the stages before them wrote, so the archive holds a reward and
+        # segments for every trajectory that completed. After Ctrl-C they stop at once: what
+        # they hold stays uncommitted and a resumed run re-reads it.
+        # (services, whether they first finish their backlog)
+        _console.phase("stopping")
+        stages = ((("sampler",), False), (("rollout",), False),
+                  (("judge", "segmenter"), True), (("trainer",), False),
+                  (("archiver",), True))  # fmt: skip
+        for stage, drain in stages:
+            if drain and self.outcome == "done":
+                await asyncio.gather(*(_drain(self.runners[name], name) for name in stage))
+            for name in stage:
+                self.runners[name].stop()
+                await _join(self.tasks, name)
+
+    async def close(self) -> None:
+        """Whatever still runs stops, the signals are given back, the embedded broker ends."""
+        for name in list(self.tasks):
+            if name in self.runners:
+                self.runners[name].stop()
+            elif not self.tasks[name].done():
+                self.tasks[name].cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        if self.signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        if self.broker:
+            self.broker.stop()
             with contextlib.suppress(FileNotFoundError):
                 broker_state_file().unlink()
-    final = progress.last_uri
-    if final:
-        _say(f"trained checkpoint: {quote(final)}")
-        _say(f"  evaluate it: scalecua eval --policy {quote(final)} --split heldout --n 20")
-    _say(f"archive: {quote(archive)} (run {archiver.run_id}); see it: scalecua dashboard "
-         f"--archive {quote(archive)} --run {archiver.run_id}")  # fmt: skip
-    if logs is not None:
-        _say(f"service logs: {quote(str(log_dir))}")
-    summary = {
-        "outcome": outcome,
-        "warm_start": progress.warm_rows,
-        "iterations": progress.rows,
-        "rollouts_by_policy_version": {
-            str(v): n for v, n in sorted(progress.trajectories_by_version.items())
-        },
-        "checkpoint": progress.last_uri,
-        "checkpoints": checkpoints,
-        "dashboard": url,
-        "archive": archive,
-        "logs": str(log_dir),
-        "run": archiver.run_id,
-        "archived_rows": archiver.rows_written,
-        "seconds": round(time.monotonic() - started, 1),
-        "replay": f"scalecua replay reward --archive {quote(archive)} --run {archiver.run_id} "
-        "--out rewards.parquet",
-    }
-    print(orjson.dumps(summary).decode(), flush=True)
-    return {"done": 0, "interrupted": 130}.get(outcome, 1)
+
+    def report(self, logged: bool) -> None:
+        """Where the run's results are, and the JSON summary on stdout."""
+        archive, run_id, progress = quote(self.archive), self.archiver.run_id, self.progress
+        if progress.last_uri:
+            _say(f"trained checkpoint: {quote(progress.last_uri)}")
+            _say(f"  evaluate it: scalecua eval --policy {quote(progress.last_uri)} "
+                 "--split heldout --n 20")  # fmt: skip
+        _say(f"archive: {archive} (run {run_id}); see it: scalecua dashboard "
+             f"--archive {archive} --run {run_id}")  # fmt: skip
+        if logged:
+            _say(f"service logs: {quote(str(self.log_dir))}")
+        summary = {
+            "outcome": self.outcome,
+            "warm_start": progress.warm_rows,
+            "iterations": progress.rows,
+            "rollouts_by_policy_version": {
+                str(v): n for v, n in sorted(progress.trajectories_by_version.items())
+            },
+            "checkpoint": progress.last_uri,
+            "checkpoints": self.checkpoints,
+            "dashboard": self.url,
+            "archive": self.archive,
+            "logs": str(self.log_dir),
+            "run": run_id,
+            "archived_rows": self.archiver.rows_written,
+            "seconds": round(time.monotonic() - self.started, 1),
+            "replay": f"scalecua replay reward --archive {archive} --run {run_id} "
+            "--out rewards.parquet",
+        }
+        print(orjson.dumps(summary).decode(), flush=True)
 
 
 async def _publish_pool(settings: BusSettings, config: UpConfig) -> list[str]:
