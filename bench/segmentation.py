@@ -56,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.segmentation_report import PAPER_RATIO, explanation, print_table, step_ratios  # noqa: E402
 from consumers.segmenter.vcs import Segment, TurnRecord, segment_trajectory  # noqa: E402
 from consumers.trainer.backends import MicroBatch, Sample, make_backend  # noqa: E402
 from consumers.trainer.backends.torch_backend import TorchBackend  # noqa: E402
@@ -68,7 +69,6 @@ from runtime.policy.processor import PolicyProcessor  # noqa: E402
 from runtime.policy.prompts import system_prompt  # noqa: E402
 
 MAX_SEQUENCE = 40_000  # the paper's max sequence length: longer items are not trained
-PAPER_RATIO = 2.83  # the paper's step-wise / VCS training time, on GPUs
 ORDER = ("stepwise", "vcs", "trajectory")
 INSTRUCTION = "Sum the monthly totals in column B into cell B14 and save the spreadsheet."
 THOUGHTS = [
@@ -355,100 +355,31 @@ def summarize(segmented: list[list[Segment]]) -> dict[str, float]:
     }
 
 
-def explanation(rows: dict[str, dict], costs: dict[str, float], vocab_share: float) -> str:
-    """One paragraph: why our step-wise / VCS ratio differs from the paper's, with this run's figures."""
-    s, v = rows["stepwise"], rows["vcs"]
-    token_ratio = s["tokens_per_trajectory"] / v["tokens_per_trajectory"]
-    if "step_s" not in s or "step_s" not in v:
-        return f"Token counts alone give {token_ratio:.2f}x; no step time to compare (see above)."
-    ratio = s["step_s"] / v["step_s"]
-    batch_s, head_ms = costs["micro_batch_s"], costs["trained_token_ms"]
-    saved = (s["micro_batches"] - v["micro_batches"]) * batch_s
-    image_s, image_v = s["image_prep_s"] + s["vision_s"], v["image_prep_s"] + v["vision_s"]
-    encoded_s, encoded_v = s["step_images_encoded"], v["step_images_encoded"]
-    per_image = (image_s + image_v) / max(encoded_s + encoded_v, 1)
+@dataclass(frozen=True)
+class Options:
+    """The command line, resolved."""
 
-    def context_ms(r: dict) -> float:  # the rest, less the vocabulary head and fixed costs
-        fixed = r["micro_batches"] * batch_s + r["step_head_positions"] * head_ms / 1000
-        return max(0.0, r["rest_s"] - fixed) / r["step_tokens"] * 1000
-
-    ctx_s, ctx_v = context_ms(s), context_ms(v)
-    longer = ""
-    if ctx_v > 1.25 * ctx_s and v["mean_tokens_per_item"] >= 8192:  # long enough to tell
-        longer = "; attention, quadratic in length, is a large share of a 128-wide model"
-    attention = ""
-    if v.get("attention_s", 0.0) > s.get("attention_s", float("inf")):  # VCS pays more of it
-        bound = s["step_s"] / v["attention_s"]
-        attention = (
-            f" Causal attention alone, forward and backward in every layer with each item as "
-            f"one row, takes {s['attention_s']:.0f} s over step-wise's items and "
-            f"{v['attention_s']:.0f} s over VCS's ({v['attention_s'] / s['attention_s']:.2f}x: "
-            f"VCS's {v['mean_tokens_per_item']:,.0f}-token items pay length squared): even "
-            f"with everything else free, VCS could step at most {bound:.2f}x faster than "
-            f"step-wise's measured step here."
-        )
-    return (
-        f"Token counts alone give {token_ratio:.2f}x: step-wise trains "
-        f"{s['tokens_per_trajectory']:,.0f} tokens per trajectory, VCS "
-        f"{v['tokens_per_trajectory']:,.0f}. The paper's {PAPER_RATIO}x on GPUs adds what an "
-        f"item costs whatever its length (kernel launches, a GPU under-filled by a short item, "
-        f"padding, collation, per-micro-batch scheduling and communication), paid "
-        f"{s['items_per_trajectory']:.0f} times per trajectory by step-wise and "
-        f"{v['items_per_trajectory']:.0f} times by VCS. On this CPU, with the tiny model, a "
-        f"micro-batch costs {batch_s:.2f} s whatever its length, so step-wise's "
-        f"{s['micro_batches'] - v['micro_batches']} extra micro-batches cost {saved:.0f} s of "
-        f"its {s['step_s']:.0f} s step ({saved / s['step_s']:.0%}): here a step costs by the "
-        f"token and by the image, not by the item. The language model's part (forward/backward, "
-        f"vocabulary head, optimizer) takes {s['rest_s']:.0f} s against VCS's {v['rest_s']:.0f} s "
-        f"({s['rest_s'] / v['rest_s']:.2f}x); less its fixed and vocabulary-head costs, a token "
-        f"costs {ctx_s:.2f} ms in step-wise's items ({s['mean_tokens_per_item']:,.0f} tokens on "
-        f"average) and {ctx_v:.2f} ms in VCS's ({v['mean_tokens_per_item']:,.0f}){longer}. "
-        f"VCS's items hold {v['step_images']} screenshots against step-wise's "
-        f"{s['step_images']} (a screenshot is in every item whose window holds it); each is loaded and "
-        f"encoded once per step ({encoded_v} against {encoded_s}), at {per_image:.2f} s each "
-        f"for preprocessing and the vision tower: {image_v:.0f} s against {image_s:.0f} s. The "
-        f"trained tokens are the same {s['step_trained_tokens']:,} in every mode and cost "
-        f"{head_ms:.1f} ms per position the vocabulary head ({vocab_share:.0%} of the tiny "
-        f"model's weights) projects: {s['step_head_positions']:,} positions for step-wise, "
-        f"{v['step_head_positions']:,} for VCS (each row's own trained positions).{attention} "
-        f"Our step-wise / VCS ratio: {ratio:.2f}x."
-    )
+    workload: Workload
+    quick: bool
+    kl_coef: float  # λ of the KL term; 0 loads no reference
+    repeats: int  # steps per mode; the fastest counts
+    threads: int  # torch threads (0: torch's default)
+    json_path: Path | None  # write the figures here
 
 
-def print_table(rows: dict[str, dict]) -> None:
-    """The comparison table, one row per mode."""
-    columns = [
-        ("mode", "mode", "{}"),
-        ("items/traj", "items_per_trajectory", "{:.0f}"),
-        ("images/traj", "images_per_trajectory", "{:.0f}"),
-        ("tokens/traj", "tokens_per_trajectory", "{:,.0f}"),
-        ("peak tokens/item", "peak_tokens_per_item", "{:,}"),
-        ("segmenter steps/s", "segmenter_steps_per_s", "{:,.0f}"),
-        ("micro-batches", "micro_batches", "{}"),
-        ("encoded", "step_images_encoded", "{}"),
-        ("head positions", "step_head_positions", "{:,}"),
-        ("step s", "step_s", "{:.1f}"),
-        ("cpu s", "step_cpu_s", "{:.1f}"),
-        ("image prep s", "image_prep_s", "{:.1f}"),
-        ("vision s", "vision_s", "{:.1f}"),
-        ("rest s", "rest_s", "{:.1f}"),
-        ("attention alone s", "attention_s", "{:.1f}"),
-    ]
-    cells = [[h for h, _, _ in columns]]
-    for row in rows.values():
-        cells.append(["n/a" if row.get(k) is None else f.format(row[k]) for _, k, f in columns])
-    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
-    for line in cells:
-        print("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths, strict=True))))  # fmt: skip
-    for mode, row in rows.items():
-        if row.get("step_na"):
-            print(f"{mode}: no step time: {row['step_na']}")
-        elif len(row.get("step_s_runs", ())) > 1:
-            print(f"{mode}: step s of each run {row['step_s_runs']} (the table: the fastest)")
+@dataclass(frozen=True)
+class Inputs:
+    """The group every mode is measured on, and the backend that trains it."""
+
+    backend: TorchBackend
+    trajectories: list[list[TurnRecord]]
+    loader: Callable[[Sample], list[Any]]  # a sample's screenshots, by their refs
+    advantages: list[float | None]  # one per trajectory: half the group passes
+    response_ids: float  # mean response ids per turn
 
 
-def main() -> int:
-    """Run the benchmark, print its table, the ratio and its explanation."""
+def parse_options() -> Options:
+    """The bench's flags, with the quick or full workload they adjust."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="11 turns, 320x200, shorter replies, 2 trajectories (< 1 min)")  # fmt: skip
@@ -464,10 +395,6 @@ def main() -> int:
                         help="steps per mode, taking turns; the fastest counts (2; quick: 1)")  # fmt: skip
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
     args = parser.parse_args()
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
     workload = QUICK if args.quick else Workload()
     overrides = {"turns": args.turns, "trajectories": args.trajectories,
                  "step_trajectories": args.step_trajectories}  # fmt: skip
@@ -475,54 +402,93 @@ def main() -> int:
     if workload.step_trajectories > workload.trajectories:
         parser.error("--step-trajectories cannot exceed --trajectories")
     repeats = args.repeats or (1 if args.quick else 2)
-    began, load_before = time.perf_counter(), os.getloadavg()[0]
+    return Options(workload, args.quick, args.kl_coef, repeats, args.threads, args.json)
 
+
+def load_inputs(workload: Workload, kl_coef: float) -> Inputs:
+    """Load the tiny policy and make the group's trajectories, scores and screenshot loader."""
     backend = make_backend("torch", lr=3e-6)
     base = resolve_policy("tiny")
-    backend.load(base, reference=base if args.kl_coef else None)  # the KL term's reference
+    backend.load(base, reference=base if kl_coef else None)  # the KL term's reference
     assert isinstance(backend, TorchBackend)
-    processor = backend.processor
     screenshots = make_screenshots(10, workload.size)
-    trajectories = make_trajectories(processor, workload, screenshots)
+    trajectories = make_trajectories(backend.processor, workload, screenshots)
     by_ref = {turn.image_ref: turn.screenshot for turns in trajectories for turn in turns}
     loader = lambda s: [by_ref[ref] for ref in s.image_refs]  # noqa: E731
     scores = [float(i % 2 == 0) for i in range(workload.trajectories)]  # half the group passes
     advantages = group_advantages(scores).advantages
     response = statistics.mean(len(t.response_ids) for turns in trajectories for t in turns)
+    return Inputs(backend, trajectories, loader, advantages, response)
+
+
+def print_workload(options: Options, inputs: Inputs, load_before: float) -> None:
+    """The line that says what this run measures, and on how loaded a machine."""
+    import torch
+
+    workload, processor = options.workload, inputs.backend.processor
     print(f"{workload.trajectories} trajectories of {workload.turns} turns, "
           f"{workload.size[0]}x{workload.size[1]} screenshots "
-          f"({processor.image_token_count(*workload.size)} image tokens each), {response:.0f} "
+          f"({processor.image_token_count(*workload.size)} image tokens each), "
+          f"{inputs.response_ids:.0f} "
           f"response ids per turn; VCS K={workload.k}, Δ={workload.delta}; the trainer step "
-          f"trains the first {workload.step_trajectories} in every mode (best of {repeats}), "
-          f"λ = {args.kl_coef:g}; "
+          f"trains the first {workload.step_trajectories} in every mode (best of "
+          f"{options.repeats}), "
+          f"λ = {options.kl_coef:g}; "
           f"torch threads "
           f"{torch.get_num_threads()}, load average {load_before:.1f}", flush=True)  # fmt: skip
 
+
+def segment_modes(
+    options: Options, inputs: Inputs
+) -> tuple[dict[str, dict], dict[str, list[Sample]]]:
+    """Each mode's row (item figures, segmenter rate) and the samples its trainer step trains."""
+    workload, trajectories = options.workload, inputs.trajectories
+    processor = inputs.backend.processor
     rows: dict[str, dict] = {}
     samples: dict[str, list[Sample]] = {}
     for mode in ORDER:
         segmented = segment_group(trajectories, processor, mode, workload)
         rows[mode] = {"mode": mode, **summarize(segmented)}
         rows[mode]["segmenter_steps_per_s"] = segmenter_rate(
-            trajectories, processor, mode, workload, min_seconds=0.3 if args.quick else 2.0
+            trajectories, processor, mode, workload, min_seconds=0.3 if options.quick else 2.0
         )
         samples[mode] = [
             s
             for i in range(workload.step_trajectories)
-            for s in samples_of(segmented[i], trajectories[i], advantages[i] or 0.0, f"t{i}")
+            for s in samples_of(segmented[i], trajectories[i], inputs.advantages[i] or 0.0, f"t{i}")
         ]
         print(f"  {mode}: {rows[mode]['items']} items, "
               f"{rows[mode]['segmenter_steps_per_s']:,.0f} steps/s", flush=True)  # fmt: skip
+    return rows, samples
 
+
+def measure_costs(
+    backend: TorchBackend,
+    config: GRPOConfig,
+    rows: dict[str, dict],
+    samples: dict[str, list[Sample]],
+    quick: bool,
+) -> dict[str, float]:
+    """The fixed and per-token costs of a step; each mode's attention-alone time into its row."""
     print("  probing the cost of a micro-batch and of a trained token ...", flush=True)
-    config = GRPOConfig(kl_coef=args.kl_coef)  # otherwise the paper's constants
-    costs = probe_costs(backend, config, trained=64 if args.quick else 256)
+    costs = probe_costs(backend, config, trained=64 if quick else 256)
     print("  timing the causal attention of every item alone ...", flush=True)
     for mode in ("stepwise", "vcs"):
         # rounded to 100 tokens: one timing serves items of about the same length
         lengths = [round(len(s.ids), -2) or 100 for s in samples[mode]]
         rows[mode]["attention_s"] = attention_cost(backend, lengths)
-    clock = StepClock(backend)
+    return costs
+
+
+def time_steps(
+    inputs: Inputs,
+    config: GRPOConfig,
+    rows: dict[str, dict],
+    samples: dict[str, list[Sample]],
+    repeats: int,
+) -> None:
+    """Each mode's fastest trainer step into its row, or why it has none (`step_na`)."""
+    clock = StepClock(inputs.backend)
     for mode, row in rows.items():
         longest = max(len(s.ids) for s in samples[mode])
         if longest > MAX_SEQUENCE:
@@ -537,7 +503,7 @@ def main() -> int:
             print(f"  {mode}: training {len(samples[mode])} items "
                   f"({repeat + 1}/{repeats}) ...", flush=True)  # fmt: skip
             try:
-                step = train_step(backend, samples[mode], loader, config, clock)
+                step = train_step(inputs.backend, samples[mode], inputs.loader, config, clock)
             except (RuntimeError, MemoryError) as exc:  # e.g. out of memory: report it, go on
                 row["step_na"] = f"the step failed: {type(exc).__name__}: {exc}"[:300]
                 continue
@@ -545,14 +511,28 @@ def main() -> int:
             if step["step_s"] < row.get("step_s", float("inf")):
                 row.update(step)
 
-    s, v = rows["stepwise"], rows["vcs"]
-    token_ratio = s["tokens_per_trajectory"] / v["tokens_per_trajectory"]
-    ratio = s["step_s"] / v["step_s"] if "step_s" in s and "step_s" in v else None
-    cpu_ratio = s["step_cpu_s"] / v["step_cpu_s"] if ratio is not None else None
+
+def vocabulary_share(backend: TorchBackend) -> float:
+    """The share of the model's weights in its token embeddings."""
     weights = list(backend.model.parameters())
-    vocab_share = backend.model.get_input_embeddings().weight.numel() / sum(
-        p.numel() for p in weights
-    )
+    return backend.model.get_input_embeddings().weight.numel() / sum(p.numel() for p in weights)
+
+
+def report(
+    options: Options,
+    inputs: Inputs,
+    rows: dict[str, dict],
+    costs: dict[str, float],
+    began: float,
+    load_before: float,
+) -> None:
+    """Print the table, the ratios and their explanation; write the figures as JSON if asked."""
+    import torch
+
+    ratios = step_ratios(rows)
+    ratio, cpu_ratio = ratios["stepwise_vs_vcs_step_time"], ratios["stepwise_vs_vcs_cpu_time"]
+    token_ratio = ratios["stepwise_vs_vcs_tokens"]
+    vocab_share = vocabulary_share(inputs.backend)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print()
     print_table(rows)
@@ -564,23 +544,38 @@ def main() -> int:
     elapsed = time.perf_counter() - began
     print(f"\n{elapsed:.0f} s in all; peak RSS {peak:.0f} MiB; load average "
           f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after")  # fmt: skip
-    if args.json:
-        args.json.write_text(json.dumps({
-            "stepwise_vs_vcs_step_time": ratio,
-            "stepwise_vs_vcs_cpu_time": cpu_ratio,
-            "stepwise_vs_vcs_tokens": token_ratio,
+    if options.json_path:
+        options.json_path.write_text(json.dumps({
+            **ratios,
             "segmenter_steps_per_s": rows["vcs"]["segmenter_steps_per_s"],
             "modes": rows,
             "costs": costs,
-            "workload": {**asdict(workload), "quick": args.quick,
-                         "response_ids_per_turn": response},
+            "workload": {**asdict(options.workload), "quick": options.quick,
+                         "response_ids_per_turn": inputs.response_ids},
             "paper_ratio": PAPER_RATIO,
-            "kl_coef": args.kl_coef,
-            "repeats": repeats,
+            "kl_coef": options.kl_coef,
+            "repeats": options.repeats,
             "torch_threads": torch.get_num_threads(),
             "peak_rss_mib": peak,
             "seconds": elapsed,
         }, indent=2))  # fmt: skip
+
+
+def main() -> int:
+    """Run the benchmark, print its table, the ratio and its explanation."""
+    options = parse_options()
+    import torch
+
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    began, load_before = time.perf_counter(), os.getloadavg()[0]
+    inputs = load_inputs(options.workload, options.kl_coef)
+    print_workload(options, inputs, load_before)
+    rows, samples = segment_modes(options, inputs)
+    config = GRPOConfig(kl_coef=options.kl_coef)  # otherwise the paper's constants
+    costs = measure_costs(inputs.backend, config, rows, samples, options.quick)
+    time_steps(inputs, config, rows, samples, options.repeats)
+    report(options, inputs, rows, costs, began, load_before)
     return 0
 
 

@@ -14,6 +14,11 @@ __all__ = ["register"]
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the event-backbone subcommands to the `scalecua` parser."""
+    for add in (_add_broker, _add_topics, _add_tail, _add_produce, _add_archive, _add_replay):
+        add(subparsers)
+
+
+def _add_broker(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "broker", help="run the embedded Kafka-compatible broker on 127.0.0.1"
     )
@@ -26,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _resume_args(p)
     p.set_defaults(func=_broker)
 
+
+def _add_topics(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("topics", help="list or create the registry's topics")
     tsub = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     t = tsub.add_parser("list", help="list registry topics and what the broker has")
@@ -40,6 +47,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap_arg(t)
     t.set_defaults(func=_topics_create)
 
+
+def _add_tail(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("tail", help="print a topic's events as JSON lines")
     p.add_argument("topic")
     p.add_argument("--from-beginning", action="store_true", help="start at the oldest record")
@@ -53,6 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap_arg(p)
     p.set_defaults(func=_tail)
 
+
+def _add_produce(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "produce", help="validate JSON lines from stdin and write them as events"
     )
@@ -64,6 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap_arg(p)
     p.set_defaults(func=_produce)
 
+
+def _add_archive(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("archive", help="append every topic to Parquet files (the archiver)")
     p.add_argument("--dir", required=True, help="archive folder or URL (s3://bucket/prefix)")
     p.add_argument("--topics", nargs="*", default=None, help="topics to follow (default: all)")
@@ -78,6 +91,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap_arg(p)
     p.set_defaults(func=_archive)
 
+
+def _add_replay(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "replay", help="copy a topic range (live log or archive) to one Parquet file"
     )
@@ -128,10 +143,11 @@ def _bootstrap_arg(p: argparse.ArgumentParser) -> None:
 def _run(coro) -> int:  # noqa: ANN001 - a coroutine returning an exit code
     try:
         import uvloop
-
-        return int(uvloop.run(coro) or 0)
     except ImportError:
         return int(asyncio.run(coro) or 0)
+    # Outside the try: an ImportError the command raises is its own, not a missing uvloop
+    # (caught, it ran the spent coroutine again: "cannot reuse already awaited coroutine").
+    return int(uvloop.run(coro) or 0)
 
 
 def _broker(args: argparse.Namespace) -> int:

@@ -22,6 +22,11 @@ SMALLEST_IMAGE = 28
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the rollout and judge commands to the `scalecua` parser."""
+    for add in (_add_rollout, _add_judge, _add_request, _add_rejudge):
+        add(subparsers)
+
+
+def _add_rollout(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "rollout",
         help="a rollout worker: play rollout-requests on desktops, write rollout-step",
@@ -33,6 +38,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--desktops", type=integer(1), default=2, help="episodes at once (default 2)")
     add_desktops_kind(p)
+    _policy_args(p)
+    _sampling_args(p)
+    p.add_argument("--group", default="rollout", help="consumer group (default rollout)")
+    p.add_argument(
+        "--checkpoints", default=None,
+        help="adopt policy updates only from checkpoints under this root, the trainer's "
+        "(default $SCALECUA_CHECKPOINTS, else $SCALECUA_HOME/checkpoints)",
+    )  # fmt: skip
+    p.add_argument(
+        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
+    )
+    _bootstrap(p)
+    p.set_defaults(func=_rollout)
+
+
+def _policy_args(p: argparse.ArgumentParser) -> None:
+    """The policy, its engine, and what it is shown."""
     p.add_argument(
         "--policy", default="tiny", help="scripted | tiny | smollm2 | a model folder (default tiny)"
     )
@@ -64,6 +86,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--prompt", default=None, choices=VARIANTS,
         help="system prompt variant (default: the policy card's, else osworld)",
     )  # fmt: skip
+
+
+def _sampling_args(p: argparse.ArgumentParser) -> None:
+    """How replies are sampled, how long they may take, and when new weights are loaded."""
     p.add_argument("--temperature", type=number(0), default=0.8, help="sampling temperature (0.8)")
     p.add_argument("--top-p", type=number(above=0, high=1), default=1.0)
     p.add_argument("--max-tokens", type=integer(1), default=256, help="tokens per turn (256)")
@@ -77,18 +103,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=300.0,
         help="seconds an engine call may take",
     )
-    p.add_argument("--group", default="rollout", help="consumer group (default rollout)")
-    p.add_argument(
-        "--checkpoints", default=None,
-        help="adopt policy updates only from checkpoints under this root, the trainer's "
-        "(default $SCALECUA_CHECKPOINTS, else $SCALECUA_HOME/checkpoints)",
-    )  # fmt: skip
-    p.add_argument(
-        "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
-    )
-    _bootstrap(p)
-    p.set_defaults(func=_rollout)
 
+
+def _add_judge(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "judge", help="the judge: score trajectory-complete into reward (scale out: run more)"
     )
@@ -104,6 +121,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap(p)
     p.set_defaults(func=_judge)
 
+
+def _add_request(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("request", help="write one group of rollout requests for a task")
     p.add_argument("task_id")
     p.add_argument("--n", type=integer(1), default=8, help="rollouts in the group (default 8)")
@@ -114,6 +133,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _bootstrap(p)
     p.set_defaults(func=_request)
 
+
+def _add_rejudge(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "rejudge",
         help="score recorded trajectories again with the current metric code, under a new version",

@@ -20,8 +20,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the built-in task pool, task families, import, a benchmark's files and coverage",
     )
     tasks_sub = tasks.add_subparsers(dest="tasks_command", metavar="SUBCOMMAND")
+    for add in (_add_list, _add_check, _add_import, _add_families, _add_generate):
+        add(tasks_sub)
+    files_commands.register(tasks_sub)
+    tasks.set_defaults(func=_help(tasks))
+    _add_task(subparsers)
+
+
+def _add_list(tasks_sub: argparse._SubParsersAction) -> None:
     listing = tasks_sub.add_parser("list", help="print the built-in task ids, one per line")
     listing.set_defaults(func=_tasks_list)
+
+
+def _add_check(tasks_sub: argparse._SubParsersAction) -> None:
     check = tasks_sub.add_parser(
         "check",
         help="check that tasks score 0.0 untouched and 1.0 with their reference solution",
@@ -31,6 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--desktops", type=integer(1), default=2, help="desktops used at once")
     add_desktops_kind(check)
     check.set_defaults(func=_tasks_check)
+
+
+def _add_import(tasks_sub: argparse._SubParsersAction) -> None:
     imp = tasks_sub.add_parser(
         "import",
         help="publish tasks to the `tasks` topic (OSWorld-format files/folders, or the built-in pool)",
@@ -54,11 +68,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
     )
     imp.set_defaults(func=_tasks_import)
+
+
+def _add_families(tasks_sub: argparse._SubParsersAction) -> None:
     fams = tasks_sub.add_parser(
         "families", help="list the task families: app, reference turns, held-out mark, what varies"
     )
     fams.add_argument("--json", action="store_true", help="one JSON object per family")
     fams.set_defaults(func=_tasks_families)
+
+
+def _add_generate(tasks_sub: argparse._SubParsersAction) -> None:
     gen = tasks_sub.add_parser(
         "generate",
         help="generate task-family instances: OSWorld JSON files and/or `tasks` events",
@@ -78,9 +98,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--bootstrap", default=None, help="bootstrap servers (default: $SCALECUA_BOOTSTRAP)"
     )
     gen.set_defaults(func=_tasks_generate)
-    files_commands.register(tasks_sub)
-    tasks.set_defaults(func=_help(tasks))
 
+
+def _add_task(subparsers: argparse._SubParsersAction) -> None:
     task = subparsers.add_parser("task", help="run one task on a fresh desktop")
     task_sub = task.add_subparsers(dest="task_command", metavar="SUBCOMMAND")
     run = task_sub.add_parser(

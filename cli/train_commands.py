@@ -22,6 +22,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "Restarting resumes from the newest checkpoint. Run one trainer per job."
         ),
     )
+    _model_args(p)
+    _objective_args(p)
+    _step_args(p)
+    _compute_args(p)
+    _service_args(p)
+    p.set_defaults(func=_train)
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    """What is trained, where its checkpoints go, and on which rewards."""
     p.add_argument(
         "--backend", default="torch", choices=("torch", "megatron"), help="training backend"
     )
@@ -32,6 +42,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="checkpoint root: a folder or s3://... (default $SCALECUA_HOME/checkpoints)",
     )  # fmt: skip
     p.add_argument("--judge-version", default="osworld-metrics-v1", help="train on these rewards")
+
+
+def _objective_args(p: argparse.ArgumentParser) -> None:
+    """The batch, the optimizer, the GRPO (or SFT) objective and stale rollouts."""
     p.add_argument(
         "--batch-groups", type=integer(1), default=32, help="B: groups per step (paper: 32)"
     )
@@ -63,6 +77,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--skip-equal-groups", action="store_true",
         help="leave all-equal groups out of the batch (default: train them with Â = 0)",
     )  # fmt: skip
+
+
+def _step_args(p: argparse.ArgumentParser) -> None:
+    """How a step is cut into passes, when groups and the run end, and what is kept."""
     p.add_argument(
         "--micro-batch-tokens", type=integer(1), default=8192, help="padded tokens per pass"
     )
@@ -82,6 +100,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     require(p, ("keep_checkpoints",), lambda keep: keep != 1,
             "keep 0 checkpoints (all) or at least 2: a restart resumes from the last announced "
             "version while the next is written")  # fmt: skip
+
+
+def _compute_args(p: argparse.ArgumentParser) -> None:
+    """Precision, device, threads, and how the trainer's ranks split the model."""
     p.add_argument(
         "--dtype",
         default="float32",
@@ -105,6 +127,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             lambda backend, tp, pp: backend == "megatron" or tp == pp == 1,
             "tensor and pipeline parallelism are the megatron backend's (the torch backend "
             "shards every layer over all ranks instead)")  # fmt: skip
+
+
+def _service_args(p: argparse.ArgumentParser) -> None:
+    """The consumer group, the metrics, and the broker."""
     p.add_argument("--group", default="trainer", help="consumer group (default trainer)")
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
@@ -116,7 +142,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--bootstrap", default=None,
         help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)",
     )  # fmt: skip
-    p.set_defaults(func=_train)
 
 
 def trainer_config(args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
@@ -184,7 +209,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from cli.bus_commands import _run
     from consumers.trainer.ranks import RankSpec, serve, torchrun_rank
-    from consumers.trainer.service import trainer_service
+    from consumers.trainer.startup import trainer_service
     from runtime.config import BusSettings
 
     hf_logging.disable_progress_bar()  # a service logs lines, not progress bars per checkpoint

@@ -1,5 +1,7 @@
 """The dashboard's web server: one page, its panels over server-sent events, and thumbnails.
 
+Run by `scalecua dashboard` (cli/dashboard_commands.py); `scalecua up` serves it too.
+
     async with serve_dashboard(settings, port=0) as url:     # live, from the broker
         ...
     async with serve_dashboard(archive="var/archive", run="latest") as url:
@@ -18,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import html
-import io
 import logging
-import re
 import socket
 import weakref
 from collections import OrderedDict
@@ -29,7 +29,6 @@ from pathlib import Path
 
 import orjson
 import uvicorn
-from PIL import Image, UnidentifiedImageError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -39,11 +38,12 @@ from starlette.routing import Route
 from consumers.dashboard.archive import load_archived_run, resolve_run
 from consumers.dashboard.follow import LogFollower
 from consumers.dashboard.state import PANELS, DashboardConfig, DashboardState
+from consumers.dashboard.thumbnails import thumbnail_routes
 from runtime.addresses import is_loopback
 from runtime.archive.store import ArchiveStore
 from runtime.blobstore import BlobStore, open_blob_store
 from runtime.config import BusSettings
-from runtime.errors import BlobCorrupt, BlobNotFound, ConfigError, ScaleCUAError
+from runtime.errors import ConfigError, ScaleCUAError
 
 __all__ = [
     "ArchiveSource",
@@ -60,11 +60,8 @@ log = logging.getLogger(__name__)
 WEB = Path(__file__).resolve().parent / "web"
 CHART_JS = WEB / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js"
 _ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
-_REF = re.compile(r"sha256:[0-9a-f]{64}")
-_IMMUTABLE = "public, max-age=31536000, immutable"  # a blob's bytes never change
 # The page loads nothing from elsewhere: a CDN reference would be blocked and show up.
 _CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
-_THUMB_CACHE_BYTES = 32 << 20
 _ARCHIVED_RUNS_KEPT = 4
 
 
@@ -150,50 +147,6 @@ class _Panels:
         return hit[1]
 
 
-class _Thumbnails:
-    """Shrunk screenshots, newest kept within a byte budget."""
-
-    def __init__(self, budget: int = _THUMB_CACHE_BYTES) -> None:
-        self.budget = budget
-        self._items: OrderedDict[tuple[str, int], bytes] = OrderedDict()
-        self._bytes = 0
-
-    def get(self, key: tuple[str, int]) -> bytes | None:
-        data = self._items.get(key)
-        if data is not None:
-            self._items.move_to_end(key)
-        return data
-
-    def put(self, key: tuple[str, int], data: bytes) -> None:
-        self._items[key] = data
-        self._bytes += len(data)
-        while self._bytes > self.budget and len(self._items) > 1:
-            _, old = self._items.popitem(last=False)
-            self._bytes -= len(old)
-
-
-def _thumbnail(data: bytes, width: int) -> bytes:
-    """Return an image shrunk to `width` pixels wide (never enlarged) as JPEG."""
-    with Image.open(io.BytesIO(data)) as image:
-        image = image.convert("RGB")
-        if image.width > width:
-            height = max(1, round(image.height * width / image.width))
-            image = image.resize((width, height), Image.Resampling.LANCZOS)
-        out = io.BytesIO()
-        image.save(out, "JPEG", quality=82, optimize=True)
-        return out.getvalue()
-
-
-def _image_type(data: bytes) -> str | None:
-    if data.startswith(b"\x89PNG\r\n\x1a\n"):
-        return "image/png"
-    if data.startswith(b"\xff\xd8\xff"):
-        return "image/jpeg"
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
 def create_app(
     source: LiveSource | ArchiveSource,
     blobs: BlobStore | None,
@@ -201,8 +154,22 @@ def create_app(
     interval_s: float = 0.5,
 ) -> Starlette:
     """Build the dashboard's ASGI app over a live or archive source."""
-    panels, thumbs = _Panels(), _Thumbnails()
     closing = asyncio.Event()
+    app = Starlette(
+        exception_handlers={ScaleCUAError: _refused},
+        routes=[
+            *_page_routes(),
+            *_panel_routes(source, closing, interval_s),
+            *thumbnail_routes(blobs),
+            *_health_routes(source),
+        ],
+    )
+    app.state.closing = closing
+    return app
+
+
+def _page_routes() -> list[Route]:
+    """`/` the page and `/static/{name}` its script, style and chart library."""
 
     async def page(request: Request) -> Response:
         problem = bundle_problem()
@@ -220,6 +187,16 @@ def create_app(
         if name not in _ASSETS:
             return Response("not found", status_code=404, media_type="text/plain")
         return FileResponse(WEB / name, media_type=_ASSETS[name], headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+    return [Route("/", page), Route("/static/{name}", asset)]
+
+
+def _panel_routes(
+    source: LiveSource | ArchiveSource, closing: asyncio.Event, interval_s: float
+) -> list[Route]:
+    """`/events` the panels as server-sent events, `/api/panels` as one JSON document, and
+    `/api/runs` the runs one can open; a `run` query picks the run (archive mode)."""
+    panels = _Panels()
 
     async def state_of(request: Request) -> DashboardState:
         return await source.state_for(request.query_params.get("run") or None)
@@ -257,65 +234,22 @@ def create_app(
             }
         )
 
-    async def blob(request: Request) -> Response:
-        ref = request.path_params["ref"]
-        if not _REF.fullmatch(ref):
-            return Response("not a blob reference", status_code=400, media_type="text/plain")
-        try:
-            width = int(request.query_params.get("w", "0"))
-        except ValueError:
-            width = -1
-        if width != 0 and not 32 <= width <= 1920:
-            return Response("w: 0 (original) or 32..1920", status_code=400, media_type="text/plain")
-        etag = f'"{ref[7:]}-{width}"'
-        headers = {"Cache-Control": _IMMUTABLE, "ETag": etag, "X-Content-Type-Options": "nosniff"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        if blobs is None:
-            return Response("no blob store", status_code=404, media_type="text/plain")
-        cached = thumbs.get((ref, width)) if width else None
-        if cached is not None:
-            return Response(cached, media_type="image/jpeg", headers=headers)
-        try:
-            data = await blobs.aget(ref)
-        except BlobNotFound:
-            return Response(f"no blob {ref}", status_code=404, media_type="text/plain")
-        except BlobCorrupt as exc:
-            return Response(str(exc), status_code=502, media_type="text/plain")
-        kind = _image_type(data)
-        if kind is None:
-            return Response("not an image", status_code=415, media_type="text/plain")
-        if not width:
-            return Response(data, media_type=kind, headers=headers)
-        try:
-            small = await asyncio.to_thread(_thumbnail, data, width)
-        except (UnidentifiedImageError, OSError, Image.DecompressionBombError) as exc:
-            return Response(f"unreadable image: {exc}", status_code=415, media_type="text/plain")
-        thumbs.put((ref, width), small)
-        return Response(small, media_type="image/jpeg", headers=headers)
+    return [Route("/events", events), Route("/api/panels", all_panels), Route("/api/runs", runs)]
+
+
+def _health_routes(source: LiveSource | ArchiveSource) -> list[Route]:
+    """`/healthz`: the server answers, and in which mode."""
 
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True, "mode": source.mode})
 
-    async def refused(request: Request, exc: Exception) -> Response:
-        # A run the archive does not have is the asker's mistake; storage failures are not.
-        status = 404 if isinstance(exc, ConfigError) else 502
-        return Response(str(exc), status_code=status, media_type="text/plain")
+    return [Route("/healthz", health)]
 
-    app = Starlette(
-        exception_handlers={ScaleCUAError: refused},
-        routes=[
-            Route("/", page),
-            Route("/static/{name}", asset),
-            Route("/events", events),
-            Route("/api/panels", all_panels),
-            Route("/api/runs", runs),
-            Route("/blob/{ref}", blob),
-            Route("/healthz", health),
-        ],
-    )
-    app.state.closing = closing
-    return app
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    # A run the archive does not have is the asker's mistake; storage failures are not.
+    status = 404 if isinstance(exc, ConfigError) else 502
+    return Response(str(exc), status_code=status, media_type="text/plain")
 
 
 class _Server(uvicorn.Server):

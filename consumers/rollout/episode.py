@@ -74,6 +74,43 @@ class EpisodeResult:
 Emit = Callable[[str, Event], None]
 
 
+@dataclass(frozen=True)
+class _Episode:
+    """What every phase of one episode shares, fixed before its first turn."""
+
+    controller: Any
+    request: RolloutRequest
+    task: Task
+    player: Player
+    blobs: BlobStore
+    emit: Emit
+    trajectory_id: str
+    config: EpisodeConfig
+    common: dict[str, Any]  # the fields every event of this episode repeats
+    system_ref: str
+
+
+@dataclass
+class _Progress:
+    """What the turns so far leave for the collection and the completion."""
+
+    status: str = "max_steps"  # stays so while the episode may take another turn
+    error: str | None = None
+    answer: str | None = None
+    actions: list[dict[str, Any]] = field(default_factory=list)  # played, for the evaluation
+    versions: list[int] = field(default_factory=list)  # the policy version of every reply
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """One observation in the blob store, and the image the policy is shown."""
+
+    shot_ref: str
+    image: Any  # the screenshot fitted to `image_max_side`, or None in text-only modes
+    a11y_ref: str | None
+    text_ref: str | None
+
+
 async def _put(blobs: BlobStore, data: bytes, timeout_s: float) -> str:
     try:
         return await asyncio.wait_for(blobs.aput(data), timeout_s)
@@ -118,13 +155,7 @@ async def run_episode(
 ) -> EpisodeResult:
     """Play one request on a desktop and emit its steps and completion; see the module doc."""
     started = time.monotonic()
-    common = {
-        "task_id": request.task_id,
-        "group_id": request.group_id,
-        "request_id": request.trajectory(),
-        "attempt": attempt,
-        "worker_id": worker_id,
-    }
+    common = _common_fields(request, attempt, worker_id)
     system_ref = await _put(blobs, player.system_prompt.encode(), config.blob_timeout_s)
     try:
         await run_setup(controller, task)
@@ -132,132 +163,182 @@ async def run_episode(
         result = EpisodeResult(trajectory_id, "error", 0, error=f"setup failed: {exc}")
         _complete(emit, request, result, common)
         return result
-    episode = player.start(task.instruction, solution)
+    episode = _Episode(
+        controller, request, task, player, blobs, emit, trajectory_id, config, common, system_ref
+    )
+    session = player.start(task.instruction, solution)
     try:
-        return await _play(
-            controller, request, task, player, episode, blobs, emit, trajectory_id, config,
-            common, started, system_ref,
-        )  # fmt: skip
+        return await _play(episode, session, started)
     finally:
-        episode.close()
+        session.close()
 
 
-async def _play(
-    controller: Any, request: RolloutRequest, task: Task, player: Player, episode: Any,
-    blobs: BlobStore, emit: Emit, trajectory_id: str, config: EpisodeConfig,
-    common: dict[str, Any], started: float, system_ref: str,
-) -> EpisodeResult:  # fmt: skip
+async def _play(episode: _Episode, session: Any, started: float) -> EpisodeResult:
     """The turns, the collection and the completion of one episode whose setup succeeded."""
-    actions: list[dict[str, Any]] = []
-    status, error, answer = "max_steps", None, None
-    versions: list[int] = []
-    use_image = config.observe in IMAGE_MODES
-    for step in range(request.max_steps):
-        t0 = time.monotonic()
-        obs = await _observe(controller, config)
-        t1 = time.monotonic()
-        shot_put = _put(blobs, obs["screenshot"], config.blob_timeout_s)
-        if use_image:
-            # Decoding and shrinking the PNG (10-15 ms; PIL releases the GIL) runs in a
-            # thread beside the blob write, not on the event loop every episode shares.
-            shot_ref, image = await asyncio.gather(
-                shot_put, asyncio.to_thread(fit_image, obs["screenshot"], config.image_max_side)
-            )
-        else:
-            shot_ref, image = await shot_put, None
-        a11y_ref = text_ref = None
-        if "a11y" in obs:
-            a11y_ref = await _put(blobs, obs["a11y"].encode(), config.blob_timeout_s)
-            text_ref = await _put(blobs, obs["text"].encode(), config.blob_timeout_s)
-        t2 = time.monotonic()
-        try:
-            reply = await episode.act(image, obs.get("text", ""))
-        except EngineUnavailable as exc:
-            status, error = "error", f"engine unavailable: {exc}"
+    progress = _Progress()
+    for step in range(episode.request.max_steps):
+        await _turn(episode, session, step, progress)
+        if progress.status != "max_steps":
             break
-        versions.append(reply.policy_version)
-        t3 = time.monotonic()
-        parsed = parse_action(reply.text)
-        action_error = None
-        action = None
-        if isinstance(parsed, ParseError):
-            action_error = str(parsed)
-        else:
-            action = parsed
-            outcome = await controller.step(action)
-            actions.append(action)
-            if not outcome.ok:
-                action_error = f"the desktop refused the action: {outcome.error}"
-            elif outcome.terminal:
-                status = TERMINAL_STATUS.get(outcome.action, "done")
-                answer = outcome.answer
-        t4 = time.monotonic()
-        emit(
-            "rollout-step",
-            RolloutStep(
-                trajectory_id=trajectory_id,
-                step=step,
-                policy_version=reply.policy_version,
-                response_ids=reply.ids,
-                response_logprobs=reply.logprobs,
-                response_text=reply.text,
-                action=action,
-                action_error=action_error,
-                observation_ref=shot_ref,
-                observation_size=list(image.size) if image is not None else [],
-                a11y_ref=a11y_ref,
-                observation_text_ref=text_ref,
-                instruction=task.instruction,
-                prompt_variant=player.prompt_variant,
-                system_prompt_ref=system_ref,
-                temperature=player.sampling.temperature,
-                top_p=player.sampling.top_p,
-                context_window=list(player.context_window or ()),
-                prompt_tokens=reply.prompt_tokens,
-                finish_reason=reply.finish_reason,
-                latency_ms=(time.monotonic() - t0) * 1000,
-                timings_ms={
-                    "observe": round((t1 - t0) * 1000, 2),
-                    "blobs": round((t2 - t1) * 1000, 2),
-                    "render": round(reply.render_ms, 2),
-                    "generate": round(reply.generate_ms, 2),
-                    "act": round((t4 - t3) * 1000, 2),
-                    "bus": round((time.monotonic() - t4) * 1000, 3),
-                },
-                **common,
-            ),
-        )
-        if status != "max_steps":
-            break
-    episode.close()  # no more turns: the engine need not wait for this episode's next one
-    artifacts: dict[str, str] = {}
-    if status != "error":
-        try:
-            manifest = await collect(controller, task, actions, blobs)
-        except TaskError as exc:
-            status, error = "error", f"evaluation could not be collected: {exc}"
-        else:
-            artifacts["evaluation"] = await _put(
-                blobs, orjson.dumps(manifest), config.blob_timeout_s
-            )
-    try:
-        final = await controller.screenshot()
-        artifacts["final_screenshot"] = await _put(blobs, final, config.blob_timeout_s)
-    except DesktopError:
-        if status != "error":
-            raise
+    session.close()  # no more turns: the engine need not wait for this episode's next one
+    artifacts = await _collect_artifacts(episode, progress)
+    versions = progress.versions
     result = EpisodeResult(
-        trajectory_id,
-        status,
+        episode.trajectory_id,
+        progress.status,
         len(versions),
-        error=error,
-        answer=answer,
+        error=progress.error,
+        answer=progress.answer,
         artifacts=artifacts,
         seconds=time.monotonic() - started,
-        policy_versions=(versions[0], versions[-1]) if versions else (player.policy_version,) * 2,
+        policy_versions=(
+            (versions[0], versions[-1]) if versions else (episode.player.policy_version,) * 2
+        ),
     )
-    _complete(emit, request, result, common)
+    _complete(episode.emit, episode.request, result, episode.common)
     return result
+
+
+async def _turn(episode: _Episode, session: Any, step: int, progress: _Progress) -> None:
+    """One turn: observe, store, generate, act, and emit its rollout-step.
+
+    The engine failing ends the episode (status `error`) without a rollout-step.
+    """
+    t0 = time.monotonic()
+    obs = await _observe(episode.controller, episode.config)
+    t1 = time.monotonic()
+    stored = await _store_observation(episode.blobs, obs, episode.config)
+    t2 = time.monotonic()
+    try:
+        reply = await session.act(stored.image, obs.get("text", ""))
+    except EngineUnavailable as exc:
+        progress.status, progress.error = "error", f"engine unavailable: {exc}"
+        return
+    progress.versions.append(reply.policy_version)
+    t3 = time.monotonic()
+    action, action_error = await _act(episode.controller, reply.text, progress)
+    t4 = time.monotonic()
+    event = _step_event(episode, step, reply, stored, action, action_error, (t0, t1, t2, t3, t4))
+    episode.emit("rollout-step", event)
+
+
+async def _store_observation(
+    blobs: BlobStore, obs: dict[str, Any], config: EpisodeConfig
+) -> _Stored:
+    """Write the observation's blobs and, in image modes, fit the screenshot for the policy."""
+    shot_put = _put(blobs, obs["screenshot"], config.blob_timeout_s)
+    if config.observe in IMAGE_MODES:
+        # Decoding and shrinking the PNG (10-15 ms; PIL releases the GIL) runs in a
+        # thread beside the blob write, not on the event loop every episode shares.
+        shot_ref, image = await asyncio.gather(
+            shot_put, asyncio.to_thread(fit_image, obs["screenshot"], config.image_max_side)
+        )
+    else:
+        shot_ref, image = await shot_put, None
+    a11y_ref = text_ref = None
+    if "a11y" in obs:
+        a11y_ref = await _put(blobs, obs["a11y"].encode(), config.blob_timeout_s)
+        text_ref = await _put(blobs, obs["text"].encode(), config.blob_timeout_s)
+    return _Stored(shot_ref, image, a11y_ref, text_ref)
+
+
+async def _act(
+    controller: Any, text: str, progress: _Progress
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Parse a reply and play its action: the action and its error, either may be None.
+
+    A terminal action sets the episode's status (and answer), which ends its turns.
+    """
+    parsed = parse_action(text)
+    if isinstance(parsed, ParseError):
+        return None, str(parsed)
+    outcome = await controller.step(parsed)
+    progress.actions.append(parsed)
+    if not outcome.ok:
+        return parsed, f"the desktop refused the action: {outcome.error}"
+    if outcome.terminal:
+        progress.status = TERMINAL_STATUS.get(outcome.action, "done")
+        progress.answer = outcome.answer
+    return parsed, None
+
+
+def _step_event(
+    episode: _Episode, step: int, reply: Any, stored: _Stored,
+    action: dict[str, Any] | None, action_error: str | None,
+    marks: tuple[float, float, float, float, float],
+) -> RolloutStep:  # fmt: skip
+    """The rollout-step of one turn; `marks` are its phase boundaries (monotonic seconds)."""
+    t0, t1, t2, t3, t4 = marks
+    player = episode.player
+    return RolloutStep(
+        trajectory_id=episode.trajectory_id,
+        step=step,
+        policy_version=reply.policy_version,
+        response_ids=reply.ids,
+        response_logprobs=reply.logprobs,
+        response_text=reply.text,
+        action=action,
+        action_error=action_error,
+        observation_ref=stored.shot_ref,
+        observation_size=list(stored.image.size) if stored.image is not None else [],
+        a11y_ref=stored.a11y_ref,
+        observation_text_ref=stored.text_ref,
+        instruction=episode.task.instruction,
+        prompt_variant=player.prompt_variant,
+        system_prompt_ref=episode.system_ref,
+        temperature=player.sampling.temperature,
+        top_p=player.sampling.top_p,
+        context_window=list(player.context_window or ()),
+        prompt_tokens=reply.prompt_tokens,
+        finish_reason=reply.finish_reason,
+        latency_ms=(time.monotonic() - t0) * 1000,
+        timings_ms={
+            "observe": round((t1 - t0) * 1000, 2),
+            "blobs": round((t2 - t1) * 1000, 2),
+            "render": round(reply.render_ms, 2),
+            "generate": round(reply.generate_ms, 2),
+            "act": round((t4 - t3) * 1000, 2),
+            "bus": round((time.monotonic() - t4) * 1000, 3),
+        },
+        **episode.common,
+    )
+
+
+async def _collect_artifacts(episode: _Episode, progress: _Progress) -> dict[str, str]:
+    """The evaluation (unless the episode already errored) and the final screenshot, as refs.
+
+    A failed collection turns the episode into an error; a dead desktop propagates, unless
+    the episode already errored (it may be why).
+    """
+    artifacts: dict[str, str] = {}
+    timeout_s = episode.config.blob_timeout_s
+    if progress.status != "error":
+        try:
+            manifest = await collect(
+                episode.controller, episode.task, progress.actions, episode.blobs
+            )
+        except TaskError as exc:
+            progress.status, progress.error = "error", f"evaluation could not be collected: {exc}"
+        else:
+            artifacts["evaluation"] = await _put(episode.blobs, orjson.dumps(manifest), timeout_s)
+    try:
+        final = await episode.controller.screenshot()
+        artifacts["final_screenshot"] = await _put(episode.blobs, final, timeout_s)
+    except DesktopError:
+        if progress.status != "error":
+            raise
+    return artifacts
+
+
+def _common_fields(request: RolloutRequest, attempt: int, worker_id: str) -> dict[str, Any]:
+    """The fields every event of one episode repeats."""
+    return {
+        "task_id": request.task_id,
+        "group_id": request.group_id,
+        "request_id": request.trajectory(),
+        "attempt": attempt,
+        "worker_id": worker_id,
+    }
 
 
 def _complete(emit: Emit, request: RolloutRequest, result: EpisodeResult, common: dict) -> None:
@@ -290,11 +371,4 @@ def complete_with_error(
     emit: Emit, request: RolloutRequest, result: EpisodeResult, *, attempt: int, worker_id: str
 ) -> None:
     """Emit the trajectory-complete of an episode that could not be played."""
-    common = {
-        "task_id": request.task_id,
-        "group_id": request.group_id,
-        "request_id": request.trajectory(),
-        "attempt": attempt,
-        "worker_id": worker_id,
-    }
-    _complete(emit, request, result, common)
+    _complete(emit, request, result, _common_fields(request, attempt, worker_id))

@@ -1,27 +1,8 @@
-"""The shared interaction probe: many agent workers, few desktops.
+"""`Probe`: the in-process probe, which schedules sessions onto a few warm desktops.
 
-A VeriGen worker spends most of its time waiting for the model; it needs a desktop only to
-look at an app, to prove a candidate's setup and verifier, or to act as the checker. The
-probe owns a warm DesktopPool and lends desktops out as *sessions*: a session leases a
-freshly reset desktop, runs a task's setup on it, and then executes the worker's
-observations, actions and evaluations until the worker closes it (or it sits idle too
-long). Waiting sessions get the next free desktop by purpose, then arrival (a checker before
-a validation before a proposer's look at the app: see PRIORITY), so 100 workers share a
-handful of desktops without every stage of every candidate waiting for the whole queue;
-the waits are measured (`stats()`).
-
-Two transports, one interface (`ProbeAPI`):
-
-- `Probe`: in-process, for workers in the process that owns the desktops (no overhead).
-- `ProbeServer` / `ProbeClient`: HTTP on 127.0.0.1 with a bearer token, for workers in
-  other processes or on other hosts (desktop servers listen on loopback only, so remote
-  workers cannot reach a desktop except through the probe; they never see its token).
-  Every reply carries `server_ms`, so a client separates transport overhead from work.
-
-A session's task is untrusted (LLM-written): it runs with no task folder (no host file is
-readable), its setup inside the desktop, its judges in the sandbox. What a candidate does
-wrong comes back as data (`setup_error`, `failed_commands`, `task_error`); a desktop or
-probe failure raises `ProbeError`.
+Waiting sessions get the next free desktop by purpose, then arrival (`PRIORITY`); a session
+runs its task's setup on a freshly reset desktop, then the worker's observations, actions
+and evaluations, until the worker closes it or the reaper finds it idle too long.
 """
 
 from __future__ import annotations
@@ -33,35 +14,24 @@ import dataclasses
 import heapq
 import itertools
 import logging
-import secrets
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
-from aiohttp import web
-
+from producers.verigen.probe.api import ProbeError, SessionInfo
 from runtime.envs.desktop.controller import StepResult
 from runtime.envs.desktop.wrappers import TERMINAL_LOG_DIR
 from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.model import Evaluator, Task
 from runtime.envs.tasks.setup import run_setup
-from runtime.errors import DesktopError, InfrastructureError, TaskError
+from runtime.errors import DesktopError, TaskError
 from runtime.policy.observation import linearize_a11y, text_observation
 
-__all__ = [
-    "Probe",
-    "ProbeAPI",
-    "ProbeClient",
-    "ProbeError",
-    "ProbeServer",
-    "SessionInfo",
-    "probe_session",
-]
+__all__ = ["PRIORITY", "Probe", "session_task"]
 
 log = logging.getLogger(__name__)
 
@@ -73,74 +43,8 @@ _TERMINAL_TAIL = (
 _PLACEHOLDER_EVALUATOR = {"func": "infeasible"}  # a session opened only to look around
 
 
-class ProbeError(InfrastructureError):
-    """The probe or its desktop failed, or the session is gone (expired, closed)."""
-
-
-class _DesktopDied(Exception):
+class _DesktopDied(DesktopError):
     """A desktop stopped answering during a task's setup."""
-
-
-@dataclass
-class SessionInfo:
-    """A session just opened: its id, or why its setup did not run."""
-
-    session_id: str  # empty when the setup failed (the session is already closed)
-    setup_error: str | None = None  # the setup raised (a bad step, a missing file, a timeout)
-    failed_commands: list[str] = field(default_factory=list)  # setup commands that exited != 0
-    lease_wait_ms: float = 0.0  # queued for a free desktop
-    setup_ms: float = 0.0
-    server_ms: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when the setup ran and every setup command succeeded."""
-        return bool(self.session_id) and self.setup_error is None and not self.failed_commands
-
-
-class ProbeAPI(Protocol):
-    """What an agent worker can do with the probe, in-process or over HTTP."""
-
-    async def open(self, task: dict[str, Any], *, purpose: str = "") -> SessionInfo:
-        """Lease a fresh desktop and run the task's setup on it."""
-        ...
-
-    async def observe(
-        self, session_id: str, *, a11y: bool = True, screenshot: bool = False
-    ) -> dict[str, Any]:
-        """The screen as text (a11y tree and terminal) and optionally a base64 PNG."""
-        ...
-
-    async def act(self, session_id: str, action: dict[str, Any]) -> dict[str, Any]:
-        """Execute one action; the controller's StepResult as a dict."""
-        ...
-
-    async def evaluate(
-        self,
-        session_id: str,
-        actions: list[dict[str, Any]],
-        evaluator: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Score the desktop's state with the task's (or another) evaluator."""
-        ...
-
-    async def close(self, session_id: str) -> None:
-        """Give the desktop back (the pool resets it)."""
-        ...
-
-
-@contextlib.asynccontextmanager
-async def probe_session(
-    probe: ProbeAPI, task: dict[str, Any], *, purpose: str = ""
-) -> AsyncIterator[SessionInfo]:
-    """Open a session for the block and close it after (a failed setup is already closed)."""
-    info = await probe.open(task, purpose=purpose)
-    try:
-        yield info
-    finally:
-        if info.session_id:
-            with contextlib.suppress(ProbeError):
-                await probe.close(info.session_id)
 
 
 def session_task(task: dict[str, Any]) -> Task:
@@ -243,7 +147,7 @@ class _OpStats:
 
 
 class Probe:
-    """In-process probe over a desktop lease (a DesktopPool's `acquire`); see the module doc."""
+    """In-process probe over a desktop lease (a DesktopPool's `acquire`); see the package doc."""
 
     def __init__(
         self,
@@ -524,195 +428,3 @@ def _summary(values: list[float]) -> dict[str, float]:
         "p95": round(values[min(len(values) - 1, int(len(values) * 0.95))], 2),
         "max": round(values[-1], 2),
     }
-
-
-# -- HTTP ---------------------------------------------------------------------------------
-class ProbeServer:
-    """Serves a Probe over HTTP on 127.0.0.1 with a bearer token (see the module doc).
-
-    POST /v1/sessions {task, purpose} · POST /v1/sessions/ID/observe {a11y, screenshot}
-    · POST /v1/sessions/ID/act {action} · POST /v1/sessions/ID/evaluate {actions, evaluator}
-    · DELETE /v1/sessions/ID · GET /v1/stats. Errors: 401 bad token, 400 bad request,
-    404 unknown session, 503 desktop failure.
-    """
-
-    def __init__(
-        self, probe: Probe, *, token: str | None = None, host: str = "127.0.0.1", port: int = 0
-    ) -> None:
-        self.probe = probe
-        self.token = token or secrets.token_urlsafe(24)
-        self.host = host
-        self.port = port
-        self._runner: web.AppRunner | None = None
-
-    @property
-    def url(self) -> str:
-        """Where the probe answers."""
-        return f"http://{self.host}:{self.port}"
-
-    async def start(self) -> ProbeServer:
-        """Start serving; port 0 picks a free one."""
-        app = web.Application(middlewares=[self._auth], client_max_size=16 << 20)
-        app.router.add_post("/v1/sessions", self._open)
-        app.router.add_post("/v1/sessions/{sid}/observe", self._observe)
-        app.router.add_post("/v1/sessions/{sid}/act", self._act)
-        app.router.add_post("/v1/sessions/{sid}/evaluate", self._evaluate)
-        app.router.add_delete("/v1/sessions/{sid}", self._close)
-        app.router.add_get("/v1/stats", self._stats)
-        # A worker that hangs up mid-call cancels the call (an open() then frees its desktop);
-        # a stop waits at most a few seconds for calls in flight.
-        self._runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=5.0
-        )
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return self
-
-    async def stop(self) -> None:
-        """Stop serving (the probe's sessions stay its owner's to close)."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
-
-    async def __aenter__(self) -> ProbeServer:
-        return await self.start()
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Callable) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "").removeprefix("Bearer ")
-        if not secrets.compare_digest(given.encode(), self.token.encode()):
-            return web.json_response({"error": "bad or missing token"}, status=401)
-        try:
-            return await handler(request)
-        except ProbeError as exc:
-            gone = "no session" in str(exc)
-            return web.json_response({"error": str(exc)}, status=404 if gone else 503)
-        except (TaskError, ValueError, KeyError, TypeError) as exc:
-            return web.json_response({"error": f"bad request: {exc}"}, status=400)
-
-    async def _body(self, request: web.Request) -> dict[str, Any]:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ValueError("the body must be a JSON object")
-        return body
-
-    async def _open(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        task = body["task"]
-        if not isinstance(task, dict):
-            raise ValueError("`task` must be an object")
-        info = await self.probe.open(task, purpose=str(body.get("purpose", "")))
-        return web.json_response(asdict(info))
-
-    async def _observe(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        out = await self.probe.observe(
-            request.match_info["sid"],
-            a11y=bool(body.get("a11y", True)),
-            screenshot=bool(body.get("screenshot", False)),
-        )
-        return web.json_response(out)
-
-    async def _act(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        return web.json_response(await self.probe.act(request.match_info["sid"], body["action"]))
-
-    async def _evaluate(self, request: web.Request) -> web.Response:
-        body = await self._body(request)
-        out = await self.probe.evaluate(
-            request.match_info["sid"], list(body.get("actions") or []), body.get("evaluator")
-        )
-        return web.json_response(out)
-
-    async def _close(self, request: web.Request) -> web.Response:
-        await self.probe.close(request.match_info["sid"])
-        return web.json_response({"closed": True})
-
-    async def _stats(self, request: web.Request) -> web.Response:
-        return web.json_response(self.probe.stats())
-
-
-class ProbeClient:
-    """The HTTP client of a ProbeServer, with the same methods as Probe."""
-
-    def __init__(self, url: str, token: str, *, timeout_s: float = 600.0) -> None:
-        self.url = url.rstrip("/")
-        self._client = httpx.AsyncClient(
-            base_url=self.url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=httpx.Timeout(timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
-        self.calls = 0
-        self.transport_ms = 0.0  # client wall time minus the server's own time, summed
-        self.lease_waits_ms: list[float] = []  # how long each open() queued for a desktop
-
-    async def aclose(self) -> None:
-        """Close the connection pool."""
-        await self._client.aclose()
-
-    async def __aenter__(self) -> ProbeClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict:
-        started = time.monotonic()
-        try:
-            response = await self._client.request(method, path, json=body)
-        except httpx.HTTPError as exc:
-            raise ProbeError(f"the probe at {self.url} is unreachable: {exc!r}") from exc
-        if response.status_code == 400:
-            raise TaskError(response.json().get("error", response.text))
-        if response.status_code != 200:
-            try:
-                message = response.json().get("error", response.text)
-            except ValueError:
-                message = response.text
-            raise ProbeError(f"probe {method} {path}: {response.status_code} {message}")
-        data = response.json()
-        self.calls += 1
-        self.transport_ms += (time.monotonic() - started) * 1000 - float(data.get("server_ms", 0))
-        return data
-
-    async def open(self, task: dict[str, Any], *, purpose: str = "") -> SessionInfo:
-        """Lease a fresh desktop and run the task's setup on it."""
-        data = await self._call("POST", "/v1/sessions", {"task": task, "purpose": purpose})
-        info = SessionInfo(**data)
-        self.lease_waits_ms.append(info.lease_wait_ms)
-        return info
-
-    async def observe(
-        self, session_id: str, *, a11y: bool = True, screenshot: bool = False
-    ) -> dict[str, Any]:
-        """The screen as text and optionally a base64 PNG."""
-        body = {"a11y": a11y, "screenshot": screenshot}
-        return await self._call("POST", f"/v1/sessions/{session_id}/observe", body)
-
-    async def act(self, session_id: str, action: dict[str, Any]) -> dict[str, Any]:
-        """Execute one action."""
-        return await self._call("POST", f"/v1/sessions/{session_id}/act", {"action": action})
-
-    async def evaluate(
-        self,
-        session_id: str,
-        actions: list[dict[str, Any]],
-        evaluator: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Score the desktop's state."""
-        body = {"actions": actions, "evaluator": evaluator}
-        return await self._call("POST", f"/v1/sessions/{session_id}/evaluate", body)
-
-    async def close(self, session_id: str) -> None:
-        """Give the desktop back."""
-        await self._call("DELETE", f"/v1/sessions/{session_id}")
-
-    async def stats(self) -> dict[str, Any]:
-        """The probe's stats."""
-        return await self._call("GET", "/v1/stats")
