@@ -21,7 +21,15 @@ from topics.codec import encode, from_json, to_dict
 from topics.events import Event
 from topics.registry import TOPICS, topic
 
-__all__ = ["run_broker", "topics_list", "topics_create", "tail", "produce", "replay"]
+__all__ = [
+    "run_broker",
+    "topics_list",
+    "topics_create",
+    "tail",
+    "produce",
+    "replay",
+    "start_embedded",
+]
 
 
 def _err(msg: str) -> None:

@@ -9,6 +9,8 @@ import argparse
 
 from cli.settings import integer
 
+__all__ = ["register"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the desktop subcommands to the `scalecua` parser."""

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from cli.settings import integer, number
 
+__all__ = ["register"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the policy subcommands to the `scalecua` parser."""

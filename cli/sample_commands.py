@@ -7,7 +7,7 @@ import sys
 
 from cli.settings import PORT, integer, number, require
 
-__all__ = ["register"]
+__all__ = ["register", "sampler_config"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -12,6 +12,8 @@ from cli import files_commands
 from cli.rollout_commands import add_desktops_kind
 from cli.settings import integer
 
+__all__ = ["register"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the task subcommands to the `scalecua` parser."""

@@ -33,6 +33,7 @@ __all__ = [
     "publish_tasks",
     "Unsupported",
     "split_supported",
+    "SPLITS",
 ]
 
 SPLITS = ("train", "heldout", "benchmark")  # only train tasks are ever trained on

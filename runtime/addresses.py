@@ -15,7 +15,14 @@ import ipaddress
 import socket
 import struct
 
-__all__ = ["IPAddress", "host_addresses", "is_loopback", "is_public", "parse_address"]
+__all__ = [
+    "IPAddress",
+    "host_addresses",
+    "is_loopback",
+    "is_public",
+    "parse_address",
+    "LOOPBACK_NAMES",
+]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 LOOPBACK_NAMES = frozenset(

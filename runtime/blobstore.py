@@ -28,7 +28,14 @@ from urllib.parse import unquote, urlparse
 from runtime.config import blob_store_url
 from runtime.errors import BlobCorrupt, BlobNotFound, ConfigError
 
-__all__ = ["BlobStore", "LocalBlobStore", "S3BlobStore", "blob_ref", "open_blob_store"]
+__all__ = [
+    "BlobStore",
+    "LocalBlobStore",
+    "S3BlobStore",
+    "blob_ref",
+    "open_blob_store",
+    "s3_filesystem",
+]
 
 _REF = re.compile(r"sha256:([0-9a-f]{64})")
 

@@ -34,6 +34,8 @@ __all__ = [
     "default_port",
     "wait_until_ready",
     "create_topics",
+    "private_log",
+    "tansu_available",
 ]
 
 log = logging.getLogger(__name__)

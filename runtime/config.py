@@ -33,6 +33,7 @@ __all__ = [
     "home_dir",
     "resolve_bootstrap",
     "producer_id",
+    "broker_state_file",
 ]
 
 FETCH_MODES = ("on", "loopback", "off")  # SCALECUA_FILES_FETCH: which URLs setup may fetch

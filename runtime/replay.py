@@ -29,6 +29,7 @@ __all__ = [
     "records_to_table",
     "write_table",
     "ReplayIncomplete",
+    "with_run",
 ]
 
 

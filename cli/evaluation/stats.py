@@ -20,7 +20,14 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["Outcome", "wilson_interval", "cluster_interval", "pass_at_k", "summarize_outcomes"]
+__all__ = [
+    "Outcome",
+    "wilson_interval",
+    "cluster_interval",
+    "pass_at_k",
+    "summarize_outcomes",
+    "Z95",
+]
 
 Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
 

@@ -53,6 +53,7 @@ __all__ = [
     "create_app",
     "is_loopback",
     "serve_dashboard",
+    "CHART_JS",
 ]
 
 log = logging.getLogger(__name__)

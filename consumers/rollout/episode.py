@@ -38,7 +38,15 @@ from runtime.policy.observation import (
 )
 from topics.events import Event, RolloutRequest, RolloutStep, TrajectoryComplete
 
-__all__ = ["EpisodeConfig", "EpisodeResult", "run_episode", "TERMINAL_STATUS"]
+__all__ = [
+    "EpisodeConfig",
+    "EpisodeResult",
+    "run_episode",
+    "TERMINAL_STATUS",
+    "Emit",
+    "complete_with_error",
+    "error_result",
+]
 
 TERMINAL_STATUS = {"done": "done", "fail": "fail", "answer": "answer"}
 # The newest terminal session's last bytes, only while a terminal window is open.

@@ -36,6 +36,7 @@ __all__ = [
     "EngineUnavailable",
     "build_player",
     "default_observe",
+    "prompt_sha",
 ]
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "pack_micro_batches",
     "request_key",
     "summarize",
+    "TP",
 ]
 
 TP = Hashable  # a (topic, partition) pair: aiokafka's TopicPartition or a plain tuple

@@ -90,6 +90,7 @@ __all__ = [
     "DrivenBackend",
     "torchrun_rank",
     "serve",
+    "main",
 ]
 
 log = logging.getLogger(__name__)

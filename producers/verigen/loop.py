@@ -57,7 +57,7 @@ from producers.verigen.validator import RuleValidator, ValidationReport, Validat
 from runtime.errors import ConfigError, TaskError
 from topics.events import Event, SynthesisEvent, SynthesisRequest
 
-__all__ = ["FINAL_STAGES", "MODES", "LoopSettings", "Outcome", "Synthesizer"]
+__all__ = ["FINAL_STAGES", "MODES", "LoopSettings", "Outcome", "Synthesizer", "Emit"]
 
 log = logging.getLogger(__name__)
 

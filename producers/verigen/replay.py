@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
-__all__ = ["ReplayServer", "load_records"]
+__all__ = ["ReplayServer", "load_records", "MODEL", "main"]
 
 MODEL = "replay"
 

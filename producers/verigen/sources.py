@@ -28,6 +28,7 @@ __all__ = [
     "read_log",
     "read_tasks",
     "training_tasks",
+    "MAX_INLINE_BYTES",
 ]
 
 MAX_INLINE_BYTES = 256 * 1024  # a task's uploaded files inlined into its setup, at most

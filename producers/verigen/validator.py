@@ -42,7 +42,7 @@ from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.support import unsupported_parts
 
-__all__ = ["ValidationReport", "ValidatorLimits", "RuleValidator", "JUDGE_FUNC"]
+__all__ = ["ValidationReport", "ValidatorLimits", "RuleValidator", "JUDGE_FUNC", "CHECKS"]
 
 JUDGE_FUNC = "sandboxed_judge"
 _HOME = "/home/user"

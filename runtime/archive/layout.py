@@ -36,6 +36,7 @@ __all__ = [
     "run_dir_name",
     "parse_run_dir",
     "LEGACY_RUN",
+    "META_COLUMNS",
 ]
 
 log = logging.getLogger(__name__)

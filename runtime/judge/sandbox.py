@@ -51,7 +51,15 @@ from typing import Any
 from runtime.isolation import Cgroup, CgroupError, lease_ids
 from runtime.isolation.ids import JUDGE_UIDS
 
-__all__ = ["FileArtifact", "JudgeLimits", "JudgeResult", "arun_judge", "run_judge"]
+__all__ = [
+    "FileArtifact",
+    "JudgeLimits",
+    "JudgeResult",
+    "arun_judge",
+    "run_judge",
+    "SANDBOX_UIDS",
+    "WORKDIR",
+]
 
 _HERE = Path(__file__).resolve().parent
 SANDBOX_UIDS = JUDGE_UIDS  # unprivileged uids with no account, one leased per run

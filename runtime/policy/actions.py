@@ -34,6 +34,11 @@ __all__ = [
     "ParseError",
     "format_action",
     "parse_action",
+    "MAX_HOLD_S",
+    "MAX_SCROLL",
+    "MAX_TEXT",
+    "MAX_WAIT_S",
+    "TOOL_NAME",
 ]
 
 GRID = 1000  # coordinates are on a GRID x GRID grid, rescaled to the screen by the controller

@@ -21,7 +21,7 @@ from runtime.policy.logprobs import recompute_logprobs
 from runtime.policy.prompts import system_prompt
 from runtime.policy.render import HistoryRenderer, Turn, render_history
 
-__all__ = ["synthetic_screenshot", "check_policy"]
+__all__ = ["synthetic_screenshot", "check_policy", "TOLERANCE_FP32"]
 
 log = logging.getLogger(__name__)
 

@@ -34,6 +34,7 @@ __all__ = [
     "linearize_a11y",
     "text_observation",
     "fit_image",
+    "IMAGE_MODES",
 ]
 
 OBSERVE_MODES = ("screenshot", "a11y", "both", "compact")

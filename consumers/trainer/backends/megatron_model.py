@@ -27,6 +27,8 @@ __all__ = [
     "wrap_ddp",
     "optimizer_config",
     "megatron_optimizer",
+    "finalize_grads",
+    "mark_tensor_parallel",
 ]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from consumers.trainer.backends.base import ImageLoader, MicroBatch, Sample
 from runtime.policy.processor import PolicyProcessor
 
-__all__ = ["StepImages", "ImageBatch"]
+__all__ = ["StepImages", "ImageBatch", "Key"]
 
 Key = tuple[Any, ...]
 

@@ -23,6 +23,17 @@ import xml.etree.ElementTree as ET
 
 import pyatspi
 
+__all__ = [
+    "COMPACT_MARGIN",
+    "MAX_DEPTH",
+    "MAX_SCAN",
+    "MAX_TEXT",
+    "MAX_WIDTH",
+    "NS",
+    "build",
+    "main",
+]
+
 NS = {
     "st": "https://accessibility.ubuntu.example.org/ns/state",
     "attr": "https://accessibility.ubuntu.example.org/ns/attributes",

@@ -32,6 +32,8 @@ __all__ = [
     "apps_of_task",
     "missing_app",
     "opener_for",
+    "FOLDER",
+    "TEXT_EDITOR",
 ]
 
 _LO_REGISTRY = "/usr/lib/libreoffice/share/.registry"  # one .xcd per installed component

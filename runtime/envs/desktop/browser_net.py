@@ -56,7 +56,18 @@ from runtime.addresses import host_addresses, is_public, parse_address
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GATEWAY_PORT", "BrowserGateway", "HostMap", "add_relay_routes"]
+__all__ = [
+    "GATEWAY_PORT",
+    "BrowserGateway",
+    "HostMap",
+    "add_relay_routes",
+    "CONNECT_TIMEOUT",
+    "HANDSHAKE_TIMEOUT",
+    "HOSTS_ENV",
+    "NETWORK_ENV",
+    "POLICIES",
+    "SocketFactory",
+]
 
 GATEWAY_PORT = 1080  # the SOCKS5 gateway, on 127.0.0.1 in the desktop's network
 NETWORK_ENV = "SCALECUA_BROWSER_NETWORK"

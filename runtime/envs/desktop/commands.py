@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+__all__ = ["HOME", "argv_of", "expand", "list_windows", "run", "spawn_detached"]
+
 HOME = Path("/home/user")
 
 

@@ -30,6 +30,8 @@ from runtime.envs.desktop.actions import (
 from runtime.envs.desktop.pyautogui_actions import action_command
 from runtime.errors import DesktopError
 
+__all__ = ["DesktopController", "Observation", "StepResult"]
+
 log = logging.getLogger(__name__)
 
 _BACKOFF = 0.2  # seconds before the first retry; doubles each time

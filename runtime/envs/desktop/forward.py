@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from runtime.envs.desktop.namespaces import AgentSide
 
+__all__ = ["PortForwarder"]
+
 log = logging.getLogger(__name__)
 
 _CHUNK = 64 * 1024

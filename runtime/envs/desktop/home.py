@@ -22,6 +22,15 @@ from pathlib import Path
 
 from runtime.envs.desktop.chrome import seed_profile
 
+__all__ = [
+    "LIBREOFFICE_PROFILE",
+    "SKELETON_DIRS",
+    "VLC_HTTP_PASSWORD",
+    "VLC_HTTP_PORT",
+    "libreoffice_registry",
+    "restore_home",
+]
+
 # The folders of a fresh Ubuntu account, which OSWorld tasks assume exist.
 SKELETON_DIRS = (
     "Desktop",

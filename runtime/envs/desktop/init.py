@@ -51,6 +51,8 @@ import os
 import signal
 import sys
 
+__all__ = ["TOKEN_ENV", "main"]
+
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV = 1, 2, 4
 _MS_NOEXEC, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 8, 32, 4096, 16384, 1 << 18
 _MNT_DETACH, _AT_FDCWD, _AT_RECURSIVE = 2, -100, 0x8000

@@ -44,6 +44,16 @@ from runtime.isolation.cgroup import Cgroup, CgroupError
 from runtime.isolation.ids import DESKTOP_UIDS, IdLease, lease_ids
 from runtime.isolation.lifetime import die_with_parent
 
+__all__ = [
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_PIDS",
+    "DEFAULT_ROOT",
+    "Desktop",
+    "ID_COUNT",
+    "START_TIMEOUT",
+    "STOP_TIMEOUT",
+]
+
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path(os.environ.get("SCALECUA_DESKTOP_ROOT", "/tmp/scalecua-desktops"))

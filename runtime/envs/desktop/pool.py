@@ -29,6 +29,17 @@ from typing import TYPE_CHECKING, Any
 from runtime.envs.desktop.lifecycle import Desktop
 from runtime.errors import ConfigError, DesktopError
 
+__all__ = [
+    "DesktopPool",
+    "KINDS",
+    "RETRY_FIRST_S",
+    "RETRY_MAX_S",
+    "START_CONCURRENCY",
+    "desktop_provider",
+    "desktops_kind",
+    "use_desktops_kind",
+]
+
 if TYPE_CHECKING:
     from runtime.envs.desktop.docker import DockerDesktop
 

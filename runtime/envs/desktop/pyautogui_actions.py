@@ -16,6 +16,8 @@ from Xlib import XK
 
 from runtime.envs.desktop.actions import CLICKS
 
+__all__ = ["action_command", "pyautogui_key"]
+
 _BUTTONS = {1: "left", 2: "middle", 3: "right"}
 _KEY_NAMES = {
     "Control_L": "ctrl",

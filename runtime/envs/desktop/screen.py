@@ -9,6 +9,8 @@ from __future__ import annotations
 import mss
 import mss.tools
 
+__all__ = ["Grabber", "PNG_LEVEL"]
+
 PNG_LEVEL = 1  # zlib level: 1 is several times faster than 6 for ~1.3x the bytes
 
 

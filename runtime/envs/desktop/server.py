@@ -42,6 +42,8 @@ from runtime.envs.desktop.namespaces import AgentSide, AgentSideError
 from runtime.envs.desktop.session import DesktopSession
 from runtime.envs.desktop.xinput import XInput
 
+__all__ = ["A11Y_TIMEOUT", "DesktopServer", "EXECUTE_TIMEOUT", "HOME", "RUN_DIR", "main"]
+
 log = logging.getLogger("runtime.envs.desktop.server")
 
 HOME = commands.HOME

@@ -32,6 +32,8 @@ from runtime.envs.desktop.wrappers import write_wrappers
 from runtime.errors import DesktopError
 from runtime.isolation.lifetime import alive
 
+__all__ = ["DesktopSession", "write_xauthority"]
+
 log = logging.getLogger(__name__)
 
 _OPENBOX_TRIES = 5

@@ -30,6 +30,8 @@ import sys
 import termios
 import time
 
+__all__ = ["authenticate", "main", "parse"]
+
 _VALUED_SHORT = set("uUgpCDhrRtT")  # short options that take a value
 _VALUED_LONG = {
     "--user", "--group", "--prompt", "--chdir", "--other-user", "--host", "--close-from",

@@ -20,6 +20,8 @@ import signal
 import sys
 import threading
 
+__all__ = ["main"]
+
 _PR_SET_NAME = 15
 # As VLC's launcher: read and write vlcrc, keep the media library and statistics.
 _LAUNCHER_OPTIONS = ("--no-ignore-config", "--media-library", "--stats")

@@ -13,6 +13,8 @@ import time
 from Xlib import XK, X, display
 from Xlib.ext import xtest
 
+__all__ = ["SETTLE", "keysym", "main"]
+
 SETTLE = 0.5  # seconds for clients to catch up before spare keycodes change meaning
 
 

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from runtime.envs.desktop.apps import APPS, FOLDER, TEXT_EDITOR
 
+__all__ = ["TERMINAL_LOG_DIR", "VM_PASSWORD", "write_wrappers", "xdg_open_script"]
+
 # Read by runtime.envs.tasks.getters (vm_terminal_output); emptied by every reset with the home.
 TERMINAL_LOG_DIR = "/home/user/.cache/scalecua-terminal"
 # The password of OSWorld's VM user, which its tasks pipe into `sudo -S`.

@@ -23,6 +23,8 @@ from Xlib.ext import xtest
 from runtime.envs.desktop.actions import text_keysyms
 from runtime.errors import DesktopError
 
+__all__ = ["XInput"]
+
 _SCROLL_BUTTONS = {"up": 4, "down": 5, "left": 6, "right": 7}
 _SYNC_EVERY = 64  # keystrokes between round trips while typing, so the server never lags far
 # How long a spare keycode keeps its symbol after it was last typed. A client looks a key up

@@ -52,6 +52,7 @@ __all__ = [
     "live_web_urls",
     "render_table",
     "summarize",
+    "APP_OF_NAME",
 ]
 
 KINDS = ("task", "unknown", "app", "file", "web", "account")

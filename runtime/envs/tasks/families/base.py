@@ -41,6 +41,10 @@ __all__ = [
     "type_command",
     "word_lines",
     "write_files",
+    "EXPECTED_DIR",
+    "HOME",
+    "SNAPSHOT",
+    "SOURCE",
 ]
 
 HOME = "/home/user"

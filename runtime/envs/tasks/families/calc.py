@@ -21,7 +21,7 @@ from runtime.envs.tasks.families.base import (
     open_spreadsheet,
 )
 
-__all__ = ["CALC_FAMILIES"]
+__all__ = ["CALC_FAMILIES", "column_max", "column_sum"]
 
 _HEADERS = tuple("Price Quantity Score Points Sales Hours Weight Cost Visits Votes".split())
 _MAKE_SHEET = """import openpyxl

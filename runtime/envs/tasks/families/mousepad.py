@@ -18,7 +18,7 @@ from runtime.envs.tasks.families.base import (
     write_files,
 )
 
-__all__ = ["MOUSEPAD_FAMILIES"]
+__all__ = ["MOUSEPAD_FAMILIES", "append_line", "prepend_line"]
 
 
 def _document(rng: random.Random) -> tuple[str, list[str], str]:

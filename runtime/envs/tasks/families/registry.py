@@ -32,6 +32,7 @@ __all__ = [
     "instance_split",
     "task_events",
     "write_tasks",
+    "HELDOUT_PERCENT",
 ]
 
 FAMILIES: dict[str, Family] = {

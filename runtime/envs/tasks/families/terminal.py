@@ -26,7 +26,20 @@ from runtime.envs.tasks.families.base import (
     write_files,
 )
 
-__all__ = ["TERMINAL_FAMILIES"]
+__all__ = [
+    "TERMINAL_FAMILIES",
+    "append_line",
+    "copy_file",
+    "count_lines",
+    "delete_file",
+    "echo_to_file",
+    "folder_name",
+    "grep_lines",
+    "make_folder",
+    "rename_file",
+    "replace_word",
+    "sort_lines",
+]
 
 _SUBFOLDERS = ("Documents/", "Desktop/", "Downloads/")
 

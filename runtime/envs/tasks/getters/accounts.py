@@ -8,7 +8,7 @@ from typing import Any
 from runtime.envs.tasks.accounts import account_error
 from runtime.envs.tasks.getters.context import EvalContext, Getter
 
-__all__ = ["GETTERS"]
+__all__ = ["GETTERS", "get_googledrive_file"]
 
 
 async def get_googledrive_file(ctx: EvalContext, config: dict[str, Any]) -> Any:

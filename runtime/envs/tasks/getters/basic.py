@@ -25,7 +25,21 @@ from runtime.envs.tasks.getters.context import (
 from runtime.envs.tasks.setup import CLIENT_PASSWORD, fetch_source
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "terminal_text"]
+__all__ = [
+    "GETTERS",
+    "terminal_text",
+    "get_accessibility_tree",
+    "get_agent_answer",
+    "get_cache_file",
+    "get_cloud_file",
+    "get_list_directory",
+    "get_rule",
+    "get_vm_command_error",
+    "get_vm_command_line",
+    "get_vm_file",
+    "get_vm_screen_size",
+    "get_vm_terminal_output",
+]
 
 # CSI (ESC [ ... final), OSC (ESC ] ... BEL/ST), charset designations and short escapes.
 _ANSI = re.compile(

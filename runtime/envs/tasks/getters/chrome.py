@@ -26,7 +26,25 @@ from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter,
 from runtime.envs.tasks.web import same_url
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "active_url"]
+__all__ = [
+    "GETTERS",
+    "active_url",
+    "ADDRESS_BAR",
+    "BROWSER_APPS",
+    "LOAD_TIMEOUT",
+    "RELAUNCH",
+    "TAB_SETTLE",
+    "get_active_tab_html_parse",
+    "get_active_tab_info",
+    "get_active_tab_url_parse",
+    "get_active_url_from_accessTree",
+    "get_gotoRecreationPage_and_get_html_content",
+    "get_info_from_website",
+    "get_open_tabs_info",
+    "get_page_info",
+    "get_pdf_from_url",
+    "get_url_dashPart",
+]
 
 log = logging.getLogger(__name__)
 

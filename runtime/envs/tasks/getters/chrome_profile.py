@@ -25,7 +25,30 @@ from runtime.envs.desktop.cdp import Browser, ChromeError
 from runtime.envs.desktop.chrome import PROFILE, WAIT_STOPPED
 from runtime.envs.tasks.getters.context import EvalContext, Getter, dest_path
 
-__all__ = ["GETTERS"]
+__all__ = [
+    "GETTERS",
+    "BOOKMARKS",
+    "COOKIES",
+    "DESKTOP",
+    "FONT_DEFAULTS",
+    "HISTORY",
+    "LOCAL_STATE",
+    "PREFERENCES",
+    "SECURE_PREFERENCES",
+    "get_bookmarks",
+    "get_chrome_font_size",
+    "get_cookie_data",
+    "get_data_delete_automacally",
+    "get_default_search_engine",
+    "get_enable_do_not_track",
+    "get_enable_enhanced_safety_browsing",
+    "get_enabled_experiments",
+    "get_find_installed_extension_name",
+    "get_find_unpacked_extension_path",
+    "get_history",
+    "get_new_startup_page",
+    "get_profile_name",
+]
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter,
 from runtime.envs.tasks.setup import DESKTOP_HOME
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "GIMP_CONFIG_DIR"]
+__all__ = ["GETTERS", "GIMP_CONFIG_DIR", "get_gimp_config_file"]
 
 GIMP_CONFIG_DIR = f"{DESKTOP_HOME}/.config/GIMP/2.10"  # GIMP 2.10, as on OSWorld's VM
 

@@ -19,7 +19,7 @@ from urllib.parse import unquote, urlparse
 
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter, dest_path
 
-__all__ = ["GETTERS", "slide_media_target"]
+__all__ = ["GETTERS", "slide_media_target", "get_audio_in_slide", "get_background_image_in_slide"]
 
 _P = "http://schemas.openxmlformats.org/presentationml/2006/main"
 _A = "http://schemas.openxmlformats.org/drawingml/2006/main"

@@ -13,7 +13,14 @@ from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter,
 from runtime.envs.tasks.setup import DESKTOP_HOME
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "last_row"]
+__all__ = [
+    "GETTERS",
+    "last_row",
+    "get_content_from_vm_file",
+    "get_shortcuts_on_desktop",
+    "get_vm_wallpaper",
+    "get_vm_window_size",
+]
 
 # Run by the desktop's python (python-xlib): the client size of the first managed window
 # whose WM_CLASS instance or class is the name, as OSWorld's /window_size reports it.

@@ -16,7 +16,7 @@ from typing import Any
 from runtime.envs.tasks.getters.context import EvalContext, Getter
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS", "fill_date", "relative_day"]
+__all__ = ["GETTERS", "fill_date", "relative_day", "get_rule_relative_time", "get_time_diff_range"]
 
 # English names whatever the host's locale (strftime would follow it).
 _DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")

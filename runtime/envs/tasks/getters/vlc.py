@@ -16,7 +16,14 @@ from typing import Any
 from runtime.envs.tasks.getters.context import EvalContext, FetchedFile, Getter, dest_path
 from runtime.envs.tasks.setup import DESKTOP_HOME
 
-__all__ = ["GETTERS", "VIDEO_TYPES", "VLCRC"]
+__all__ = [
+    "GETTERS",
+    "VIDEO_TYPES",
+    "VLCRC",
+    "get_default_video_player",
+    "get_vlc_config",
+    "get_vlc_playing_info",
+]
 
 VLCRC = f"{DESKTOP_HOME}/.config/vlc/vlcrc"
 

@@ -10,7 +10,7 @@ from runtime.envs.tasks.getters.basic import get_vm_file
 from runtime.envs.tasks.getters.context import EvalContext, Getter
 from runtime.errors import TaskError
 
-__all__ = ["GETTERS"]
+__all__ = ["GETTERS", "get_vscode_config"]
 
 _SETTLE = 1.0  # seconds for the extension to write its file, as OSWorld waits
 

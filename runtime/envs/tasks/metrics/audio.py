@@ -23,7 +23,21 @@ import numpy as np
 
 from runtime.envs.tasks.metrics.general import match_value_to_rule
 
-__all__ = ["METRICS", "fastdtw", "load_mono", "mfcc"]
+__all__ = [
+    "METRICS",
+    "fastdtw",
+    "load_mono",
+    "mfcc",
+    "AMIN",
+    "HOP",
+    "N_FFT",
+    "N_MELS",
+    "N_MFCC",
+    "RATE",
+    "TOP_DB",
+    "check_mp3_meta",
+    "compare_audios",
+]
 
 RATE = 22050  # librosa.load's default sample rate
 N_FFT, HOP, N_MELS, N_MFCC = 2048, 512, 128, 20

@@ -23,7 +23,21 @@ import lxml.html
 from runtime.envs.tasks.web import same_url
 from runtime.errors import TaskError
 
-__all__ = ["METRICS"]
+__all__ = [
+    "METRICS",
+    "check_enabled_experiments",
+    "check_font_size",
+    "check_history_deleted",
+    "compare_htmls",
+    "is_added_to_steam_cart",
+    "is_cookie_deleted",
+    "is_expected_active_tab",
+    "is_expected_bookmarks",
+    "is_expected_installed_extensions",
+    "is_expected_search_query",
+    "is_expected_tabs",
+    "is_expected_url_pattern_match",
+]
 
 
 def _url_of(value: Any) -> Any:

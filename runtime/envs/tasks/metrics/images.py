@@ -23,7 +23,26 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageChops, ImageStat
 
-__all__ = ["METRICS"]
+__all__ = [
+    "METRICS",
+    "SIMILAR",
+    "check_brightness_decrease_and_structure_sim",
+    "check_contrast_increase_and_structure_sim",
+    "check_file_exists_and_structure_sim",
+    "check_green_background",
+    "check_image_file_size",
+    "check_image_mirror",
+    "check_image_size",
+    "check_palette_and_structure_sim",
+    "check_saturation_increase_and_structure_sim",
+    "check_structure_sim",
+    "check_structure_sim_resized",
+    "check_textbox_on_leftside",
+    "check_triangle_position",
+    "compare_image_list",
+    "compare_images",
+    "ssim",
+]
 
 SIMILAR = 0.9  # OSWorld's SSIM threshold for "the same picture"
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["Frame", "frame_from_rows", "frames_equal"]
+__all__ = ["Frame", "frame_from_rows", "frames_equal", "ErrorCell", "NAN", "NA_STRINGS"]
 
 # pandas' default strings read as missing values (pandas 2.x, `STR_NA_VALUES`).
 NA_STRINGS = frozenset(

@@ -16,7 +16,20 @@ from xml.etree import ElementTree
 import numpy as np
 from PIL import Image
 
-__all__ = ["METRICS", "vlcrc_value"]
+__all__ = [
+    "METRICS",
+    "vlcrc_value",
+    "check_global_key_play_pause",
+    "check_one_instance_when_started_from_file",
+    "check_qt_bgcone",
+    "check_qt_max_volume",
+    "check_qt_minimal_view",
+    "check_qt_slider_colours",
+    "compare_videos",
+    "is_vlc_fullscreen",
+    "is_vlc_playing",
+    "is_vlc_recordings_folder",
+]
 
 # VLC 3's defaults for the options OSWorld's tasks check.
 _DEFAULTS = {

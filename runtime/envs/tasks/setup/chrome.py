@@ -20,7 +20,7 @@ from runtime.envs.tasks.setup.step import Step
 from runtime.envs.tasks.web import same_url
 from runtime.errors import TaskError
 
-__all__ = ["HISTORY", "STEPS", "chrome_time", "connect"]
+__all__ = ["HISTORY", "STEPS", "chrome_time", "connect", "CONNECT_TIMEOUT", "PAGE_TIMEOUT"]
 
 HISTORY = f"/home/user/{PROFILE}/Default/History"
 CONNECT_TIMEOUT = 60.0  # a browser a task launched a moment ago starts in 1-2 s
