@@ -28,7 +28,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer  # noqa: E402
 from runtime.broker import EmbeddedBroker  # noqa: E402
 from runtime.bus import EventProducer, Record  # noqa: E402
 from runtime.config import BusSettings  # noqa: E402
-from runtime.service import Output, ServiceRunner  # noqa: E402
+from runtime.processor import Output, Processor  # noqa: E402
+from runtime.service import ServiceRunner  # noqa: E402
 from topics.codec import encode  # noqa: E402
 from topics.events import RolloutStep  # noqa: E402
 
@@ -60,7 +61,7 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q * len(s)))]
 
 
-class _Sink:
+class _Sink(Processor):
     """A runner processor that records when each event arrived."""
 
     def __init__(self, topic_name: str, wanted: set[str]) -> None:

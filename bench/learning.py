@@ -194,7 +194,8 @@ async def warm_start(args: argparse.Namespace, warm_tasks: list) -> Path:
     from consumers.trainer.batching import PlanConfig
     from consumers.trainer.checkpoints import CheckpointStore
     from consumers.trainer.grpo import GRPOConfig
-    from consumers.trainer.service import TrainerConfig, trainer_service
+    from consumers.trainer.service import TrainerConfig
+    from consumers.trainer.startup import trainer_service
     from producers.rollout_requests import publish_requests
     from producers.task_import import publish_tasks
     from runtime.blobstore import open_blob_store
@@ -317,7 +318,8 @@ async def reinforce(
     from consumers.segmenter.service import Segmenter, SegmenterConfig
     from consumers.trainer.batching import PlanConfig
     from consumers.trainer.grpo import GRPOConfig
-    from consumers.trainer.service import TrainerConfig, trainer_service
+    from consumers.trainer.service import TrainerConfig
+    from consumers.trainer.startup import trainer_service
     from producers.task_import import publish_tasks
     from runtime.blobstore import open_blob_store
     from runtime.engines.base import SamplingParams

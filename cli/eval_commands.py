@@ -126,7 +126,9 @@ def _eval(args: argparse.Namespace) -> int:
     from cli.evaluation.benchmark import render_benchmark
     from cli.evaluation.run import EvalConfig, evaluate_policy
     from cli.evaluation.stats import summarize_outcomes
+    from cli.service_console import service_console
     from runtime.errors import ConfigError
+    from runtime.service_logs import ServiceLogs
 
     hf_logging.disable_progress_bar()
     coverage = None
@@ -147,8 +149,8 @@ def _eval(args: argparse.Namespace) -> int:
     def say(msg: str) -> None:
         print(f"[scalecua eval] {msg}", file=sys.stderr, flush=True)
 
-    async def main() -> int:
-        outcomes = await evaluate_policy(config, events, family_of, progress=say)
+    async def main(logs: ServiceLogs) -> int:
+        outcomes = await evaluate_policy(config, events, family_of, progress=say, logs=logs)
         summary = {
             "policy": args.policy,
             "source": str(args.tasks) if args.tasks is not None else f"split:{args.split}",
@@ -175,7 +177,9 @@ def _eval(args: argparse.Namespace) -> int:
         print(text, flush=True)
         return 0
 
-    return _run(main())
+    # As `up`: the judge's and the worker's lines go to their files, warnings to the console.
+    with service_console(say, bool(args.verbose), main="eval") as logs:
+        return _run(main(logs))
 
 
 def _benchmark_results(args: argparse.Namespace, coverage: dict | None, outcomes: list) -> dict:

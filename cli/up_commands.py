@@ -7,7 +7,7 @@ import argparse
 from cli.rollout_commands import SMALLEST_IMAGE, add_desktops_kind
 from cli.settings import PORT, integer, number
 
-__all__ = ["register"]
+__all__ = ["register", "fill_profile", "service_settings"]
 
 # What `up` runs by default, per policy. `smollm2` (the default) is the run that learns in
 # about ten minutes on 2 cores: SmolLM2-135M-Instruct on the compact text view of four
@@ -178,26 +178,17 @@ def _policy_folder(policy: str, rollout: argparse.Namespace) -> str:
 
 
 def _up(args: argparse.Namespace) -> int:
-    import logging
-
     from transformers.utils import logging as hf_logging
 
     from cli.bus_commands import _run
-    from cli.up.console import ConsoleWarnings, UpConsole
+    from cli.service_console import service_console
+    from cli.up.console import UpConsole
     from cli.up.local_stack import UpConfig, run_up
-    from runtime.service_logs import ServiceLogs
 
     hf_logging.disable_progress_bar()  # one line per iteration, not a bar per weight load
     verbose = bool(getattr(args, "verbose", False) or getattr(args, "mirror_logs", False))
     fill_profile(args)  # the iterations the console counts down come from the profile
     console = UpConsole(args.iterations, live=False if verbose else None)
-    root = logging.getLogger()
-    if not verbose:  # the services' lines go to their files; the console keeps the story
-        for handler in list(root.handlers):
-            if type(handler) is logging.StreamHandler:
-                root.removeHandler(handler)
-        root.addHandler(ConsoleWarnings(console))
-
     services = service_settings(args)
     config = UpConfig(
         iterations=args.iterations, desktops=args.desktops, tasks=args.tasks,
@@ -208,5 +199,6 @@ def _up(args: argparse.Namespace) -> int:
         resume=args.resume, dashboard_port=None if args.no_dashboard else args.dashboard_port,
         services=services,
     )  # fmt: skip
-    with ServiceLogs() as logs:
+    # The services' lines go to their files; the console keeps the story.
+    with service_console(console.say, verbose, main="up") as logs:
         return _run(run_up(config, console, logs))

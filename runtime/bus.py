@@ -45,7 +45,7 @@ from aiokafka.protocol.produce import ProduceRequest
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, SchemaError
 from topics.codec import decode, encode
-from topics.events import Event
+from topics.events import DeadLetter, Event
 from topics.registry import topic
 
 __all__ = [
@@ -112,6 +112,13 @@ class Record:
     def tp(self) -> TopicPartition:
         """Return the record's topic-partition."""
         return TopicPartition(self.topic, self.partition)
+
+    def dead_letter(self, error_type: str, error: str, service: str) -> DeadLetter:
+        """Return the bounded dead letter of this record (see DeadLetter.about)."""
+        return DeadLetter.about(
+            source_topic=self.topic, partition=self.partition, offset=self.offset, error=error,
+            error_type=error_type, service=service, key=self.key, value=self.value,
+        )  # fmt: skip
 
 
 async def _bounded(coro, timeout_s: float, what: str):  # noqa: ANN001, ANN202 - any awaitable

@@ -16,13 +16,12 @@ at another broker or blob store:
 
 from __future__ import annotations
 
-import functools
 import os
-import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from runtime.errors import ConfigError, SettingError
+from topics.events import producer_id
 
 __all__ = [
     "BusSettings",
@@ -32,7 +31,6 @@ __all__ = [
     "file_fetch_mode",
     "home_dir",
     "resolve_bootstrap",
-    "producer_id",
     "broker_state_file",
 ]
 
@@ -114,17 +112,6 @@ def resolve_bootstrap(explicit: str | None = None) -> str:
     raise ConfigError(
         "no broker configured: set SCALECUA_BOOTSTRAP=host:port, or start one with `scalecua broker`"
     )
-
-
-def producer_id() -> str:
-    """Return this process's producer id for event envelopes."""
-    return _producer_id(os.getpid())
-
-
-@functools.lru_cache(maxsize=4)
-def _producer_id(pid: int) -> str:
-    # Cached per pid: every event calls this, and a forked child must get its own id.
-    return os.environ.get("SCALECUA_PRODUCER_ID") or f"{socket.gethostname()}:{pid}"
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Generic, TypeVar
 from aiokafka import TopicPartition
 
 from runtime.bus import Record
-from runtime.service import Output
+from runtime.processor import Output
 from topics.events import Event
 
 __all__ = ["Job", "JobBoard"]

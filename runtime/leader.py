@@ -65,8 +65,9 @@ from aiokafka.errors import KafkaError
 from runtime.bus import EventConsumer, EventProducer, partition_counts
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, BrokerTimeout, InfrastructureError
+from runtime.processor import Processor
 from runtime.runs import ensure_run
-from runtime.service import Processor, ServiceRunner
+from runtime.service import ServiceRunner
 from topics.events import Leadership
 from topics.registry import LEADERS
 

@@ -11,11 +11,11 @@ Failures come in two kinds, kept apart:
 - **The record's fault** — it does not decode, its processing raises (anything but an
   `InfrastructureError`; `RecordError` says so explicitly), or its outputs cannot be sent
   (an event of the wrong type for the topic, one larger than the request limit). It goes to
-  `dead-letter` with the reason and its bytes (cut to `DEAD_LETTER_VALUE_CAP`, with the
-  original size and sha256), its offset is committed, and the stream goes on.
+  `dead-letter` with the reason and its bytes (cut to a bound, with the original size and
+  sha256), its offset is committed, and the stream goes on (runtime/outbox.py).
 - **The service's own dependency failed** — an `InfrastructureError` (the archive's storage,
   the broker, a remote service). Nothing is dead-lettered: the runner retries with
-  exponential backoff (`RetryPolicy`) and, if the failure outlasts it, stops with
+  exponential backoff (runtime/retry.py) and, if the failure outlasts it, stops with
   `ServiceHalted` without committing anything past the failing record.
 
 Rebalancing: records are handled one at a time under a lock that the partition-revocation
@@ -31,169 +31,48 @@ address, and every position the runner holds belongs to the old log. Before any 
 at every rebalance, and every `run_check_interval_s`) the runner re-reads the log's run
 record (runtime/runs.py `RunWatch`); it never commits into a log whose run is not the one
 its positions came from. When the run changed, it drops what the processor holds for the
-old log (as on a revocation), tells a processor with `on_new_log(run_id)`, and reads the new
+old log (as on a revocation), tells the processor (`on_new_log(run_id)`), and reads the new
 log from its beginning, logging a warning that names both runs; commits the group made in
 the new log (all verified the same way) are trusted after a rebalance.
 
 Dedup: a processor with `dedup = True` never sees a record whose `dedup_id()` the runner
 already handled on that partition (compacted topics excepted: there the id names the
 latest version, not one occurrence). See runtime/dedup.py for how the window survives
-restarts. A processor with a `remember(record)` method is also shown the records the warm-up
-re-reads from before the committed offset (handled by a predecessor, never processed again),
-so it can rebuild what it knows about finished work from the log.
+restarts. Its `remember(record)` is shown the records the warm-up re-reads from before the
+committed offset (handled by a predecessor, never processed again), so it can rebuild what
+it knows about finished work from the log. What a processor is: runtime/processor.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import signal
 import time
 import traceback
-from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
 
 import orjson
 from aiokafka import ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import KafkaError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaError
 
 from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
 from runtime.dedup import DedupWindow
-from runtime.errors import BrokerError, ConfigError, InfrastructureError, ServiceHalted
+from runtime.errors import BrokerError, InfrastructureError, ServiceHalted
+from runtime.outbox import Outbox, Staged
+from runtime.processor import Processor, StatefulProcessor
+from runtime.retry import RetryPolicy, RetryStopped, retrying
+from runtime.runner_state import Partitions, ServiceMetrics
 from runtime.runs import RunWatch
 from runtime.service_logs import as_service
-from topics.codec import encode
-from topics.events import DeadLetter, Event
-from topics.registry import DEAD_LETTER, topic
+from topics.registry import topic
 
-__all__ = [
-    "Output",
-    "Processor",
-    "StatefulProcessor",
-    "ServiceRunner",
-    "ServiceMetrics",
-    "RetryPolicy",
-    "DEAD_LETTER_VALUE_CAP",
-]
+__all__ = ["ServiceRunner"]
 
 log = logging.getLogger(__name__)
 
-DEAD_LETTER_VALUE_CAP = 256 << 10  # bytes of the original record a dead letter keeps
-_DEAD_LETTER_KEY_CAP = 1 << 10
-_DEAD_LETTER_ERROR_CAP = 8 << 10
-_RECORD_OVERHEAD = 512  # bytes a record's framing adds to its key and value
 _FRESH_FETCH_S = 5.0  # read_to_end trusts a partition's end fetched at most this long ago
-# Errors of one record that resending cannot fix; anything else from the broker is retried.
-_RECORD_LEVEL_ERRORS = (MessageSizeTooLargeError,)
-
-
-@dataclass(frozen=True)
-class Output:
-    """An event a processor wants written, with an optional explicit key."""
-
-    topic: str
-    event: Event
-    key: bytes | None = None
-
-
-class Processor(Protocol):
-    """What a service does with each record; the runner does everything else.
-
-    `process` should return within the group's rebalance timeout: long work (an episode)
-    belongs in tasks a stateful processor starts and reports from `tick`. Optional
-    attributes: `dedup = True` (drop records whose dedup id was handled), `co_partitioned =
-    True` (its topics are keyed alike: a member gets the same partition numbers of each),
-    `wants() -> int` (how many more records it can take now; 0 pauses fetching), with
-    dedup, `remember(record)` (see a record handled before the committed offset), and
-    `bind_reader(read_to_end)` (given the runner's `read_to_end`, to tell a record not read
-    yet from one the log does not hold).
-    """
-
-    name: str  # also the consumer group id
-    topics: list[str]
-
-    async def process(self, record: Record) -> list[Output]:
-        """Handle one decoded record and return the events to write."""
-        ...
-
-
-@runtime_checkable
-class StatefulProcessor(Protocol):
-    """A processor that holds records in memory and so commits a low-watermark."""
-
-    def low_watermark(self, tp: TopicPartition) -> int | None:
-        """Return the lowest offset of `tp` still needed, or None if nothing is held."""
-        ...
-
-    async def tick(self) -> list[Output]:
-        """Do periodic work (e.g. flush by age); return events to write."""
-        ...
-
-    async def on_assigned(self, partitions: set[TopicPartition]) -> None:
-        """Prepare state for newly assigned partitions."""
-        ...
-
-    async def on_revoked(self, partitions: set[TopicPartition]) -> list[Output]:
-        """Persist what can be persisted before partitions move elsewhere, then forget them."""
-        ...
-
-    async def close(self) -> list[Output]:
-        """Persist what can be persisted on a graceful shutdown."""
-        ...
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How long an infrastructure failure is retried before the service halts."""
-
-    first_delay_s: float = 0.2
-    max_delay_s: float = 10.0
-    give_up_after_s: float = 120.0
-
-
-@dataclass
-class ServiceMetrics:
-    """Counters a service logs periodically."""
-
-    consumed: int = 0
-    processed: int = 0
-    dead_lettered: int = 0
-    duplicates: int = 0
-    produced: int = 0
-    commits: int = 0
-    retries: int = 0
-    rebalances: int = 0
-    started_at: float = field(default_factory=time.time)
-
-    def as_dict(self) -> dict[str, float]:
-        """Return the counters as a flat dict."""
-        return {
-            "consumed": self.consumed,
-            "processed": self.processed,
-            "dead_lettered": self.dead_lettered,
-            "duplicates": self.duplicates,
-            "produced": self.produced,
-            "commits": self.commits,
-            "retries": self.retries,
-            "rebalances": self.rebalances,
-            "uptime_s": round(time.time() - self.started_at, 1),
-        }
-
-
-@dataclass
-class _Send:
-    """One encoded output waiting for its acknowledgement, and the record it came from."""
-
-    topic: str
-    value: bytes
-    key: bytes | None
-    source: Record | None
-
-
-class _Stopping(Exception):
-    """Raised inside the runner when a stop request interrupts a retry."""
 
 
 class _Rebalance(ConsumerRebalanceListener):
@@ -242,24 +121,16 @@ class ServiceRunner:
         self._watch: RunWatch | None = None
         self._last_run_check = 0.0
         self._log_changed = False  # the run record says our positions belong to another log
-        # Partitions whose records in the batch in hand are stale: sought elsewhere or revoked
-        # since the batch was fetched (the consumer reads them again from the new position).
-        self._stale: set[TopicPartition] = set()
         self.metrics = ServiceMetrics()
         # aiokafka clients must be created inside the running loop: see run().
         self.consumer: EventConsumer | None = None
         self.producer: EventProducer | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()  # one record, a flush or a rebalance at a time
-        self._owned: set[TopicPartition] = set()  # assigned and not revoked since
-        self._acked: dict[TopicPartition, int] = {}  # next offset; its outputs are acknowledged
-        self._committed: dict[TopicPartition, int] = {}
-        self._sends: list[_Send] = []  # outputs handled but not yet acknowledged
-        self._positions: dict[TopicPartition, int] = {}  # what _sends' acks will let us commit
-        self._windows: dict[TopicPartition, DedupWindow] = {}
-        self._resume: dict[TopicPartition, int] = {}  # below this offset: dedup warm-up only
+        self._partitions = Partitions()  # ownership, positions and dedup window of each
+        self._outbox = Outbox(processor.name, settings, self.metrics)  # handled, not acknowledged
         self._stateful = isinstance(processor, StatefulProcessor)
-        self._dedup = bool(getattr(processor, "dedup", False))
+        self._dedup = bool(processor.dedup)
         self.ready = asyncio.Event()  # set once partitions are first assigned
         self._running = False  # between the consumer's start and the end of the loop
         self._drain_from_ms: int | None = None  # set by drain(); wall clock, as fetches are
@@ -268,9 +139,7 @@ class ServiceRunner:
 
         self.exporter = ServiceMetricsExporter(self.processor.name, self.metrics_snapshot)
         self._process_seconds = self.exporter.process_seconds
-        bind_reader = getattr(processor, "bind_reader", None)
-        if bind_reader is not None:
-            bind_reader(self.read_to_end)
+        processor.bind_reader(self.read_to_end)
 
     def stop(self) -> None:
         """Ask the runner to finish the current batch, flush, commit and exit."""
@@ -310,7 +179,7 @@ class ServiceRunner:
         loop = asyncio.get_running_loop()
         self.consumer = EventConsumer(
             self.settings, list(self.processor.topics), self.group_id,
-            co_partitioned=bool(getattr(self.processor, "co_partitioned", False)),
+            co_partitioned=bool(self.processor.co_partitioned),
             join_on_start=False,
         )  # fmt: skip
         self.producer = EventProducer(self.settings)
@@ -355,11 +224,10 @@ class ServiceRunner:
 
     async def _loop(self) -> None:
         last_metrics = time.monotonic()
-        wants = getattr(self.processor, "wants", None)
         paused = False
         try:
             while not self._stop.is_set():
-                limit = wants() if wants is not None else None
+                limit = self.processor.wants()
                 if (
                     limit == 0
                 ):  # the processor is full: keep polling (and heartbeating), fetch nothing
@@ -369,7 +237,7 @@ class ServiceRunner:
                     self.consumer.raw.resume(*self.consumer.raw.assignment())
                     paused = False
                 records = await self._poll(limit)
-                self._stale.clear()
+                self._partitions.fetched()
                 for record in records:
                     await self._handle(record)
                 if self._log_shrank() or (
@@ -390,7 +258,7 @@ class ServiceRunner:
                 if time.monotonic() - last_metrics >= self.metrics_interval_s:
                     last_metrics = time.monotonic()
                     self.log_metrics()
-        except _Stopping:
+        except RetryStopped:
             log.info(
                 "%s: stopping during a retry; the record is re-read later", self.processor.name
             )
@@ -436,7 +304,7 @@ class ServiceRunner:
     def _log_shrank(self) -> bool:
         """Whether a partition's end is now below a position we reached: the log was replaced."""
         assignment = self.consumer.raw.assignment()
-        for tp, position in self._acked.items():
+        for tp, position in self._partitions.acked().items():
             high = self.consumer.raw.highwater(tp) if tp in assignment else None
             if high is not None and high < position:
                 return True
@@ -446,32 +314,27 @@ class ServiceRunner:
         """Drop every position and held record of the old log and read the new one from 0."""
         async with self._lock:
             old, new = self._watch.run_id, self._watch.latest
-            owned = set(self._owned)
+            owned = self._partitions.owned()
             log.warning("%s: the log changed under this service (run %s -> %s: a restarted "
                         "broker?); its positions of the old log are dropped and the new log "
                         "is read from its beginning", self.processor.name, old, new)  # fmt: skip
             if self._stateful:
                 try:
-                    self._stage_outputs(await self.processor.on_revoked(owned), None)
+                    self._outbox.stage(await self.processor.on_revoked(owned))
                 except InfrastructureError as exc:
                     log.warning("%s: could not persist what it held of the old log: %s",
                                 self.processor.name, exc)  # fmt: skip
             for tp in owned:
-                self._acked.pop(tp, None)
-                self._committed.pop(tp, None)
-                self._positions.pop(tp, None)
-                self._resume.pop(tp, None)
+                self._partitions[tp].reset()  # as on a revocation, but it stays owned
             self._watch.accept()
             self._log_changed = False
-            hook = getattr(self.processor, "on_new_log", None)
-            if hook is not None:
-                await hook(new)
+            await self.processor.on_new_log(new)
             if self._stateful:
                 await self.processor.on_assigned(owned)
             if self._dedup:
                 for tp in owned:
                     if not topic(tp.topic).compacted:
-                        self._windows[tp] = DedupWindow(self.dedup_window)
+                        self._partitions[tp].window = DedupWindow(self.dedup_window)
             assignment = self.consumer.raw.assignment()
             for tp in owned:
                 if tp in assignment:
@@ -481,7 +344,7 @@ class ServiceRunner:
         if self._stateful:
             async with self._lock:
                 try:
-                    self._stage_outputs(await self.processor.close(), None)
+                    self._outbox.stage(await self.processor.close())
                 except InfrastructureError as exc:  # its low-watermark still holds what is lost
                     log.error(
                         "%s: close failed, nothing more committed: %s", self.processor.name, exc
@@ -495,7 +358,7 @@ class ServiceRunner:
 
     async def _caught_up(self, since_ms: int) -> bool:
         """True when fetches answered after `since_ms` show every record handled and sent."""
-        if self._sends:
+        if self._outbox.pending:
             return False
         assignment = self.consumer.raw.assignment()
         # A fetch answered just before an upstream's last write can be read just after
@@ -514,7 +377,7 @@ class ServiceRunner:
         than that (the broker away) says nothing about what the log holds now.
         """
         consumer = self.consumer.raw if self.consumer is not None else None
-        if consumer is None or tp not in consumer.assignment() or tp in self._stale:
+        if consumer is None or tp not in consumer.assignment() or self._partitions.is_stale(tp):
             return False
         polled = consumer.last_poll_timestamp(tp)
         if polled is None or time.time() * 1000 - polled > 1000 * _FRESH_FETCH_S:
@@ -527,7 +390,7 @@ class ServiceRunner:
             return 0
         total = 0
         assignment = self.consumer.raw.assignment()
-        for tp, nxt in list(self._acked.items()):
+        for tp, nxt in self._partitions.acked().items():
             hw = self.consumer.raw.highwater(tp) if tp in assignment else None
             if hw is not None:
                 total += max(0, hw - nxt)
@@ -535,13 +398,11 @@ class ServiceRunner:
 
     def positions(self) -> dict[int, int]:
         """Return, per partition number, the next offset whose outputs are acknowledged."""
-        return {tp.partition: offset for tp, offset in self._acked.items()}
+        return {tp.partition: offset for tp, offset in self._partitions.acked().items()}
 
     def metrics_snapshot(self) -> dict[str, float]:
-        """Return the counters, the current lag, and the processor's own stats (if any)."""
-        stats = getattr(self.processor, "stats", None)
-        extra = stats() if callable(stats) else {}
-        return {**extra, **self.metrics.as_dict(), "lag": self.lag()}
+        """Return the counters, the current lag, and the processor's own stats."""
+        return {**self.processor.stats(), **self.metrics.as_dict(), "lag": self.lag()}
 
     def log_metrics(self) -> None:
         """Write one structured metrics line."""
@@ -560,29 +421,30 @@ class ServiceRunner:
     async def _handle_once(self, record: Record) -> None:
         async with self._lock:
             tp = record.tp
-            if tp in self._stale:
+            if self._partitions.is_stale(tp):
                 return  # fetched before a seek or a rebalance: read again from there
-            if tp not in self._owned:
+            if not self._partitions.owns(tp):
                 if tp in self.consumer.raw.assignment():
                     # Assigned, but the assignment callback has not run yet: read it again
                     # once it has (aiokafka may fetch before it calls the listener).
                     self._seek(tp, record.offset)
                 return  # else revoked since it was fetched: its new owner reads it
-            if record.offset < self._resume.get(tp, -1):
-                self._remember(record)  # before the committed offset: handled already
+            state = self._partitions[tp]
+            if record.offset < state.resume:
+                self._remember(record, state.window)  # before the committed offset: handled
                 return
             started = time.perf_counter()
-            sends = await self._process(record)
+            staged = await self._process(record, state.window)
             self._process_seconds.observe(time.perf_counter() - started)
             self.metrics.consumed += 1
-            self._sends.extend(sends)
-            self._positions[tp] = record.offset + 1
+            self._outbox.add(staged)
+            state.position = record.offset + 1
 
-    async def _process(self, record: Record) -> list[_Send]:
+    async def _process(self, record: Record, window: DedupWindow | None) -> list[Staged]:
         """Return the encoded outputs of one record, or its dead letter."""
         if record.event is None:
-            return [self._dead_letter(record, "decode", record.decode_error or "undecodable")]
-        window = self._windows.get(record.tp)
+            reason = record.decode_error or "undecodable"
+            return [self._outbox.dead_letter(record, "decode", reason)]
         dedup_id = record.event.dedup_id() if window is not None else None
         if dedup_id is not None and dedup_id in window:
             self.metrics.duplicates += 1
@@ -596,106 +458,26 @@ class ServiceRunner:
             log.warning("dead-lettering %s[%d]@%d: %s", record.topic, record.partition,
                         record.offset, reason[:300])  # fmt: skip
             tb = traceback.format_exc(limit=3)
-            return [self._dead_letter(record, "process", f"{reason}\n{tb}")]
-        sends, problem = self._encode(outputs, record)
+            return [self._outbox.dead_letter(record, "process", f"{reason}\n{tb}")]
+        staged, problem = self._outbox.encode(outputs, record)
         if dedup_id is not None:
             window.add(dedup_id)
         if problem:
             log.warning("dead-lettering %s[%d]@%d: %s", record.topic, record.partition,
                         record.offset, problem[:300])  # fmt: skip
-            return [self._dead_letter(record, "output", problem)]
+            return [self._outbox.dead_letter(record, "output", problem)]
         self.metrics.processed += 1
-        return sends
+        return staged
 
-    def _remember(self, record: Record) -> None:
-        window = self._windows.get(record.tp)
+    def _remember(self, record: Record, window: DedupWindow | None) -> None:
         if window is not None and record.event is not None:
             window.add(record.event.dedup_id())
-            remember = getattr(self.processor, "remember", None)
-            if remember is not None:
-                remember(record)
-
-    def _encode(self, outputs: object, source: Record | None) -> tuple[list[_Send], str | None]:
-        """Validate and encode outputs; return them, or the reason they cannot be sent."""
-        if not isinstance(outputs, list | tuple):
-            return [], f"the processor returned {type(outputs).__name__}, not a list of Output"
-        sends: list[_Send] = []
-        for out in outputs:
-            if not isinstance(out, Output):
-                return [], f"the processor returned a {type(out).__name__}, not an Output"
-            try:
-                spec = topic(out.topic)
-            except ConfigError as exc:
-                return [], f"output to an unknown topic: {exc}"
-            if not isinstance(out.event, spec.event_type):
-                return [], (
-                    f"output to {out.topic} is a {type(out.event).__name__}; "
-                    f"{out.topic} takes {spec.event_type.__name__}"
-                )
-            try:
-                value = encode(out.event)
-            except Exception as exc:  # a field holding something msgpack cannot carry
-                return [], f"output to {out.topic} does not encode: {type(exc).__name__}: {exc}"
-            key = out.key if out.key is not None else spec.key_of(out.event)
-            size = len(value) + len(key or b"") + _RECORD_OVERHEAD
-            if size > self.settings.max_request_size:
-                return [], (
-                    f"output to {out.topic} is {size} bytes, over the request limit of "
-                    f"{self.settings.max_request_size}"
-                )
-            sends.append(_Send(out.topic, value, key, source))
-        return sends, None
-
-    def _stage_outputs(self, outputs: object, source: Record | None) -> None:
-        """Stage outputs that come from no record (tick, close, revoke)."""
-        sends, problem = self._encode(outputs, source)
-        if problem:
-            log.error("%s: unsendable output dead-lettered: %s", self.processor.name, problem)
-            sends = [self._dead_letter_orphan(outputs, problem)]
-        self._sends.extend(sends)
-
-    def _dead_letter(self, record: Record, kind: str, reason: str) -> _Send:
-        """Return a bounded dead letter for a record."""
-        self.metrics.dead_lettered += 1
-        value = record.value or b""
-        event = DeadLetter(
-            source_topic=record.topic,
-            partition=record.partition,
-            offset=record.offset,
-            error=reason[:_DEAD_LETTER_ERROR_CAP],
-            error_type=kind,
-            service=self.processor.name,
-            original_key=record.key[:_DEAD_LETTER_KEY_CAP] if record.key else record.key,
-            original_value=value[:DEAD_LETTER_VALUE_CAP] if record.value is not None else None,
-            original_size=len(value),
-            original_sha256=hashlib.sha256(value).hexdigest(),
-            truncated=len(value) > DEAD_LETTER_VALUE_CAP,
-        )
-        key = record.key[:_DEAD_LETTER_KEY_CAP] if record.key else record.key
-        return _Send(DEAD_LETTER, encode(event), key, None)
-
-    def _dead_letter_orphan(self, outputs: object, reason: str) -> _Send:
-        """Return a bounded dead letter for outputs no record produced."""
-        self.metrics.dead_lettered += 1
-        text = repr(outputs).encode(errors="replace")
-        event = DeadLetter(
-            source_topic="",
-            partition=-1,
-            offset=-1,
-            error=reason[:_DEAD_LETTER_ERROR_CAP],
-            error_type="output",
-            service=self.processor.name,
-            original_value=text[:DEAD_LETTER_VALUE_CAP],
-            original_size=len(text),
-            original_sha256=hashlib.sha256(text).hexdigest(),
-            truncated=len(text) > DEAD_LETTER_VALUE_CAP,
-        )
-        return _Send(DEAD_LETTER, encode(event), None, None)
+            self.processor.remember(record)
 
     # -- sending ------------------------------------------------------------------------
     async def _tick_once(self) -> bool:
         async with self._lock:
-            self._stage_outputs(await self.processor.tick(), None)
+            self._outbox.stage(await self.processor.tick())
         return True
 
     async def _flush_once(self) -> bool:
@@ -706,116 +488,47 @@ class ServiceRunner:
     async def _flush_locked(self) -> None:
         """Send staged outputs, wait for every ack, then let their positions be committed.
 
-        A send the broker refuses for the record itself (too large) becomes a dead letter of
-        the source record; any other failure raises BrokerError with the unsent outputs kept.
+        A failure to send raises BrokerError (runtime/outbox.py) with the outputs kept staged.
         """
-        while self._sends:
-            sends, self._sends = self._sends, []
-            futures: list[asyncio.Future] = []
-            failure: BaseException | None = None
-            for s in sends:
-                try:
-                    futures.append(await self.producer.send_raw(s.topic, s.value, s.key))
-                except BrokerError as exc:  # the send buffer stayed full: the broker is away
-                    failure = exc
-                    break
-            unsent = sends[len(futures) :]
-            sends = sends[: len(futures)]
-            try:
-                results = await asyncio.wait_for(
-                    asyncio.gather(*futures, return_exceptions=True),
-                    self.settings.request_timeout_ms / 1000 + 5,
-                )
-            except TimeoutError:
-                results = [BrokerError("no acknowledgement in time")] * len(sends)
-            again: list[_Send] = []
-            for s, result in zip(sends, results, strict=True):
-                if not isinstance(result, BaseException):
-                    self.metrics.produced += 1
-                elif not isinstance(result, _RECORD_LEVEL_ERRORS):
-                    again.append(s)  # the broker's fault: send it again after a backoff
-                    failure = result
-                elif s.topic == DEAD_LETTER:
-                    log.error("%s: the broker refused a dead letter (%r); its record stays "
-                              "in %s", self.processor.name, result, s.topic)  # fmt: skip
-                else:
-                    reason = f"the broker refused an output to {s.topic}: {result!r}"
-                    if s.source is not None:
-                        again.append(self._dead_letter(s.source, "output", reason))
-                    else:
-                        again.append(self._dead_letter_orphan(s.value[:1024], reason))
-            self._sends = again + unsent + self._sends
-            if failure is not None:
-                raise BrokerError(f"sending {len(again) + len(unsent)} records failed: {failure!r}")
-        for tp, position in self._positions.items():
-            if tp in self._owned:
-                self._acked[tp] = position
-        self._positions.clear()
+        await self._outbox.flush(self.producer)
+        self._partitions.acknowledged()
 
     async def _retrying(
         self,
         what: str,
-        attempt,  # noqa: ANN001 - an async callable
+        attempt: Callable[[], Awaitable[object]],
         *,
         stoppable: bool = True,
         failed: InfrastructureError | None = None,
     ) -> None:
-        """Run `attempt` until it succeeds, backing off on InfrastructureError.
+        """Run `attempt` until it succeeds, backing off on InfrastructureError (runtime/retry.py).
 
         `failed` is a failure of an attempt the caller already made. The lock is not held
         while waiting, so a rebalance is not held up by an outage.
         """
-        started: float | None = None
-        delay = self.retry.first_delay_s
-        failure = failed
-        while True:
-            if failure is None:
-                try:
-                    await attempt()
-                    return
-                except InfrastructureError as exc:
-                    failure = exc
-            now = time.monotonic()
-            started = started if started is not None else now
-            if now - started >= self.retry.give_up_after_s:
-                raise ServiceHalted(
-                    f"{self.processor.name}: {what}: {failure} "
-                    f"(still failing after {now - started:.0f} s of retries)"
-                ) from failure
-            self.metrics.retries += 1
-            log.warning("%s: %s failed (%s); retrying in %.1f s", self.processor.name, what,
-                        failure, delay)  # fmt: skip
-            if stoppable:
-                try:
-                    await asyncio.wait_for(self._stop.wait(), delay)
-                except TimeoutError:
-                    pass
-                if self._stop.is_set():
-                    raise _Stopping()
-            else:
-                await asyncio.sleep(delay)
-            delay = min(delay * 2, self.retry.max_delay_s)
-            failure = None
+        await retrying(
+            what, attempt, self.retry, service=self.processor.name, metrics=self.metrics,
+            stop=self._stop if stoppable else None, failed=failed,
+        )  # fmt: skip
 
     # -- commits and rebalances ---------------------------------------------------------
     def _commit_offsets(self) -> dict[TopicPartition, int]:
         offsets: dict[TopicPartition, int] = {}
         assignment = self.consumer.raw.assignment()
-        for tp, nxt in self._acked.items():
-            if tp not in self._owned or tp not in assignment:
+        for tp, target in self._partitions.acked().items():
+            if not self._partitions.owns(tp) or tp not in assignment:
                 continue
-            target = nxt
             if self._stateful:
                 held = self.processor.low_watermark(tp)
                 if held is not None:
                     target = min(target, held)
-            if self._committed.get(tp) != target:
+            if self._partitions[tp].committed != target:
                 offsets[tp] = target
         return offsets
 
     async def _commit(self) -> None:
         self._last_commit = time.monotonic()
-        if self._sends:
+        if self._outbox.pending:
             # Outputs wait for their acknowledgement (a failed flush, before a halt or at
             # shutdown). A stateful processor released the records they came from, so its
             # low-watermark no longer holds them: committing now could skip them for good.
@@ -836,7 +549,8 @@ class ServiceRunner:
             # by whoever owns the partition next, and consumers drop duplicates by id.
             log.warning("%s: commit not accepted (%s); re-read later", self.processor.name, exc)
             return
-        self._committed.update(offsets)
+        for tp, offset in offsets.items():
+            self._partitions.of(tp).committed = offset
         self.metrics.commits += 1
 
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -850,24 +564,18 @@ class ServiceRunner:
                 # (the archiver's flush) is re-read and skipped as already written.
                 await self._commit()
                 if self._stateful:
-                    self._stage_outputs(await self.processor.on_revoked(revoked), None)
+                    self._outbox.stage(await self.processor.on_revoked(revoked))
                     await self._flush_locked()
             except InfrastructureError as exc:
                 log.warning("%s: could not flush before a rebalance (%s); the new owner "
                             "re-reads from the last commit", self.processor.name, exc)  # fmt: skip
-            self._stale |= revoked  # what is left of the batch in hand is re-read from the commit
-            for tp in revoked:
-                self._owned.discard(tp)
-                self._acked.pop(tp, None)
-                self._committed.pop(tp, None)
-                self._positions.pop(tp, None)
-                self._windows.pop(tp, None)
-                self._resume.pop(tp, None)
+            # What is left of the batch in hand is re-read from the commit.
+            self._partitions.revoke(revoked)
             # Outputs of revoked partitions that could not be sent stay staged: at-least-once.
 
     async def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         async with self._lock:
-            self._owned |= assigned
+            self._partitions.assign(assigned)
             # A restarted broker forgets the group, so its members rejoin: the assignment is
             # where a new log shows first. Positions now come from the group's commits in that
             # log, all verified (see _commit), so only what the processor knows is reset.
@@ -878,9 +586,7 @@ class ServiceRunner:
                 log.warning("%s: the log changed under this service (run %s -> %s: a restarted "
                             "broker?); reading the new log from the group's positions in it",
                             self.processor.name, old, self._watch.run_id)  # fmt: skip
-                hook = getattr(self.processor, "on_new_log", None)
-                if hook is not None:
-                    await hook(self._watch.run_id)
+                await self.processor.on_new_log(self._watch.run_id)
             if self._stateful:
                 await self.processor.on_assigned(assigned)
             if self._dedup:
@@ -895,15 +601,16 @@ class ServiceRunner:
     def _seek(self, tp: TopicPartition, offset: int) -> None:
         """Move a partition's position; its records in the batch in hand are then stale."""
         self.consumer.raw.seek(tp, offset)
-        self._stale.add(tp)
+        self._partitions.of(tp).stale = True
 
     async def _warm_dedup(self, assigned: set[TopicPartition]) -> None:
         """Give each partition a window and re-read the ids just before its committed offset."""
         for tp in assigned:
             if topic(tp.topic).compacted:
                 continue  # there the id names the latest version: every update must pass
-            self._windows[tp] = DedupWindow(self.dedup_window)
+            state = self._partitions.of(tp)
+            state.window = DedupWindow(self.dedup_window)
             committed = await self.consumer.raw.committed(tp)
             if committed:
-                self._resume[tp] = committed
+                state.resume = committed
                 self._seek(tp, max(0, committed - self.dedup_window))

@@ -14,8 +14,11 @@ ranges of scores are named here once (`METRIC_SCORES`, `INCOMPLETE_REWARDS`,
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
+import os
+import socket
 import time
 import uuid
 from dataclasses import dataclass
@@ -23,9 +26,8 @@ from typing import Any
 
 import msgspec
 
-from runtime.config import producer_id
-
 __all__ = [
+    "producer_id",
     "Event",
     "TaskEvent",
     "RolloutRequest",
@@ -36,6 +38,9 @@ __all__ = [
     "TaskStats",
     "PolicyUpdate",
     "DeadLetter",
+    "DEAD_LETTER_VALUE_CAP",
+    "DEAD_LETTER_KEY_CAP",
+    "DEAD_LETTER_ERROR_CAP",
     "RunStarted",
     "Leadership",
     "SynthesisRequest",
@@ -91,10 +96,10 @@ def _check_group(event: Any) -> None:
     )
 
 
-# The bounds of a dead letter (the service runner's own are the same, runtime/service.py).
-_DEAD_LETTER_VALUE_CAP = 256 << 10
-_DEAD_LETTER_KEY_CAP = 1 << 10
-_DEAD_LETTER_ERROR_CAP = 8 << 10
+# The bounds of a dead letter; every one is built by DeadLetter.about, which applies them.
+DEAD_LETTER_VALUE_CAP = 256 << 10  # bytes of the original value kept
+DEAD_LETTER_KEY_CAP = 1 << 10  # bytes of the original key kept
+DEAD_LETTER_ERROR_CAP = 8 << 10  # characters of the reason kept
 
 
 def _check_version(version: int) -> None:
@@ -103,6 +108,17 @@ def _check_version(version: int) -> None:
 
 def _new_event_id() -> str:
     return uuid.uuid4().hex
+
+
+def producer_id() -> str:
+    """Return this process's producer id for event envelopes (`$SCALECUA_PRODUCER_ID`)."""
+    return _producer_id(os.getpid())
+
+
+@functools.lru_cache(maxsize=4)
+def _producer_id(pid: int) -> str:
+    # Cached per pid: every event calls this, and a forked child must get its own id.
+    return os.environ.get("SCALECUA_PRODUCER_ID") or f"{socket.gethostname()}:{pid}"
 
 
 def _now_ms() -> int:
@@ -399,21 +415,27 @@ class DeadLetter(Event, frozen=True, kw_only=True):
         service: str,
         key: bytes | None = None,
         value: bytes | None = None,
+        value_kept: bool = True,
     ) -> DeadLetter:
-        """A bounded dead letter for one record a service gives up on (value None: not kept)."""
+        """The bounded dead letter of one record a service gives up on.
+
+        `value` is the record's value (None for a record without one, whose digest is that
+        of no bytes); pass no value and `value_kept=False` when the service has none of the
+        record's bytes at hand: the letter then holds no digest either.
+        """
         data = value or b""
         return cls(
             source_topic=source_topic,
             partition=partition,
             offset=offset,
-            error=error[:_DEAD_LETTER_ERROR_CAP],
+            error=error[:DEAD_LETTER_ERROR_CAP],
             error_type=error_type,
             service=service,
-            original_key=key[:_DEAD_LETTER_KEY_CAP] if key else key,
-            original_value=data[:_DEAD_LETTER_VALUE_CAP] if value is not None else None,
+            original_key=key[:DEAD_LETTER_KEY_CAP] if key else key,
+            original_value=data[:DEAD_LETTER_VALUE_CAP] if value is not None else None,
             original_size=len(data),
-            original_sha256=hashlib.sha256(data).hexdigest() if value is not None else "",
-            truncated=len(data) > _DEAD_LETTER_VALUE_CAP,
+            original_sha256=hashlib.sha256(data).hexdigest() if value_kept else "",
+            truncated=len(data) > DEAD_LETTER_VALUE_CAP,
         )
 
     def dedup_id(self) -> str:

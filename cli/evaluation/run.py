@@ -19,10 +19,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from shlex import quote
 
 from cli.evaluation.stats import Outcome
-from runtime.config import BusSettings
+from runtime.config import BusSettings, home_dir
 from runtime.errors import ConfigError
+from runtime.service_logs import ServiceLogs
 from topics.events import Reward, RolloutRequest, TaskEvent
 
 __all__ = ["EvalConfig", "evaluate_policy"]
@@ -71,8 +73,12 @@ async def evaluate_policy(
     family_of: Callable[[str], str],
     *,
     progress: Callable[[str], None] | None = None,
+    logs: ServiceLogs | None = None,
 ) -> list[Outcome]:
-    """Play every task `samples` times (once greedily by default); the judged outcomes."""
+    """Play every task `samples` times (once greedily by default); the judged outcomes.
+
+    `logs`, when given, gets a folder of the evaluation's own for the services' log files
+    (`$SCALECUA_HOME/evals/<time>-<tag>/logs`)."""
     from consumers.judge.service import Judge, JudgeConfig
     from consumers.rollout.episode import EpisodeConfig
     from consumers.rollout.players import build_player, default_observe
@@ -82,6 +88,7 @@ async def evaluate_policy(
     from runtime.broker import private_log
     from runtime.engines.base import SamplingParams
     from runtime.service import ServiceRunner
+    from runtime.service_logs import as_service
 
     say = progress or (lambda _msg: None)
     sampling = SamplingParams(temperature=config.temperature, max_tokens=config.max_tokens,
@@ -103,10 +110,16 @@ async def evaluate_policy(
     ]
     blobs = open_blob_store()
     rollout_config = RolloutConfig(
-        desktops=config.desktops, group_id=f"eval-rollout-{tag}",
+        desktops=config.desktops, group_id="rollout",
         episode=EpisodeConfig(observe=observe, image_max_side=config.image_max_side),
     )  # fmt: skip
-    judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, f"eval-judge-{tag}")
+    # The log is the evaluation's own: the services keep their usual names (and log files).
+    judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, "judge")
+    if logs is not None:
+        folder = home_dir() / "evals" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{tag}"
+        logs.open(folder / "logs")
+        say(f"service logs: {quote(str(folder / 'logs'))}/<service>.log (warnings and errors "
+            "also here)")  # fmt: skip
     async with private_log() as settings:
         published = await _publish(settings, events)
         how = f"{config.samples} samples each at temperature {config.temperature}"
@@ -116,8 +129,12 @@ async def evaluate_policy(
         judge = ServiceRunner(Judge(judge_config, blobs), settings, metrics_interval_s=3600)
         tasks = [asyncio.create_task(judge.run(install_signal_handlers=False))]
         try:
-            async with rollout_service(settings, rollout_config, player, blobs) as worker:
-                tasks.append(asyncio.create_task(worker.run(install_signal_handlers=False)))
+            async with contextlib.AsyncExitStack() as stack:
+                with as_service("rollout"):  # its desktops and tasks log to rollout.log
+                    worker = await stack.enter_async_context(
+                        rollout_service(settings, rollout_config, player, blobs)
+                    )
+                    tasks.append(asyncio.create_task(worker.run(install_signal_handlers=False)))
                 await publish_requests(settings, requests)
                 rewards = await asyncio.wait_for(
                     _rewards(settings, requests, config.judge_version, say), config.timeout_s

@@ -1,6 +1,6 @@
 """What `scalecua up` shows a person: one live panel on a terminal, plain lines anywhere else.
 
-The services' own logs go to files (runtime/service_logs.py); the console keeps the run's
+The services' own logs go to files (cli/service_console.py); the console keeps the run's
 story: the phase, rollouts played and scored, the policy version, each iteration's pass
 rate, reward and step time, an ETA, and every warning or error a service logs. On a
 terminal a rich `Live` panel redraws in place (event lines scroll above it); in a pipe or
@@ -10,7 +10,6 @@ said, so `scalecua up 2>&1 | wc -l` stays small.
 
 from __future__ import annotations
 
-import logging
 import sys
 import time
 from dataclasses import dataclass, field
@@ -21,9 +20,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-__all__ = ["UpConsole", "ConsoleWarnings"]
+__all__ = ["UpConsole"]
 
-_OWN_LOGGERS = ("runtime", "consumers", "producers", "topics")
 _HEARTBEAT_S = 60.0
 
 
@@ -133,21 +131,3 @@ class UpConsole:
                 f"{r['loss']:.4f}", f"{r['step_time_s']:.1f}s",
             )  # fmt: skip
         return Group(head, table) if s.rows else Group(head)
-
-
-class ConsoleWarnings(logging.Handler):
-    """Sends our services' warnings and errors to the console (their full logs go to files)."""
-
-    def __init__(self, console: UpConsole) -> None:
-        super().__init__(logging.WARNING)
-        self.console = console
-
-    def emit(self, record: logging.LogRecord) -> None:
-        """Say the record if it comes from scalecua's own code."""
-        if not record.name.startswith(_OWN_LOGGERS):
-            return
-        from runtime.service_logs import current_service
-
-        where = current_service() or record.name.rsplit(".", 1)[-1]
-        text = record.getMessage().splitlines()[0][:300]
-        self.console.say(f"{record.levelname.lower()}: {where}: {text}")

@@ -271,7 +271,7 @@ class _UpRun:
     async def start_trainer(self) -> None:
         """The warm start when there is one, then the RL trainer that continues it."""
         from cli.train_commands import rank_threads, trainer_config
-        from consumers.trainer.service import trainer_service
+        from consumers.trainer.startup import trainer_service
 
         rollout_args, train_args = self.svc["rollout"], self.svc["train"]
         trainer_cfg, options = trainer_config(train_args)

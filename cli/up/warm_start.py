@@ -24,7 +24,15 @@ from typing import Any
 from runtime.bus import EventConsumer, TopicPartition
 from runtime.config import BusSettings
 
-__all__ = ["WarmStartPlan", "WarmStartResult", "warm_start", "commit_group_at_end"]
+__all__ = [
+    "WarmStartPlan",
+    "WarmStartResult",
+    "warm_start",
+    "commit_group_at_end",
+    "StartRunner",
+    "StopRunner",
+    "policy_with_card",
+]
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +89,8 @@ async def warm_start(
     from consumers.rollout.service import RolloutConfig, rollout_service
     from consumers.trainer.batching import PlanConfig
     from consumers.trainer.grpo import GRPOConfig
-    from consumers.trainer.service import TrainerConfig, trainer_service
+    from consumers.trainer.service import TrainerConfig
+    from consumers.trainer.startup import trainer_service
     from producers.rollout_requests import publish_requests
     from runtime.service_logs import as_service
     from topics.events import RolloutRequest

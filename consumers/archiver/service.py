@@ -1,5 +1,7 @@
 """The archiver service: follows topics and appends their events to Parquet.
 
+Run by `scalecua archive` (cli/bus_commands.py); `scalecua up` runs one too.
+
 It is a stateful processor: records wait in memory until a file is written, so it reports
 the first buffered offset as its low-watermark and the runner commits only what is on
 disk. After a crash it re-reads from the committed offset and skips records whose offsets
@@ -25,7 +27,7 @@ from aiokafka import TopicPartition
 from runtime.archive.layout import events_to_table
 from runtime.archive.store import ArchiveStore
 from runtime.bus import Record
-from runtime.service import Output
+from runtime.processor import Output, Processor
 from topics.registry import topic, topic_names
 
 __all__ = ["Archiver", "ArchiverConfig"]
@@ -50,7 +52,7 @@ class _Buffer:
     opened_at: float = 0.0
 
 
-class Archiver:
+class Archiver(Processor):
     """Processor that writes every record of its topics to rolling Parquet files."""
 
     dedup = True  # the archive keeps one row per event, by dedup id

@@ -1,5 +1,7 @@
 """The judge service: a consumer group on `trajectory-complete` writing one `reward` each.
 
+Run by `scalecua judge` (cli/rollout_commands.py); `scalecua up` and `scalecua eval` run one too.
+
 It scores from the evaluation manifest the rollout worker collected on the live desktop
 (runtime.envs.tasks.collect): built-in OSWorld metrics run in-process, a task's own judge
 code (`sandboxed_judge`) in the judge sandbox. The status rules (environment failures have
@@ -23,7 +25,7 @@ from runtime.blobstore import BlobStore
 from runtime.bus import Record
 from runtime.envs.tasks.collect import score_collected
 from runtime.errors import BlobCorrupt, BlobNotFound, StorageError, TaskError
-from runtime.service import Output
+from runtime.processor import Output, Processor
 from topics.events import TrajectoryComplete
 
 __all__ = ["Judge", "JudgeConfig", "score_trajectory"]
@@ -54,7 +56,7 @@ async def score_trajectory(
     return evaluation.score, reason
 
 
-class Judge:
+class Judge(Processor):
     """Processor that turns every finished trajectory into a reward."""
 
     topics = ["trajectory-complete"]

@@ -1,5 +1,7 @@
 """The rollout worker: a consumer group on `rollout-requests` playing many episodes at once.
 
+Run by `scalecua rollout` (cli/rollout_commands.py); `scalecua up` and `scalecua eval` run one too.
+
 Requests are queued as they arrive and played as desktops free up (one episode per desktop;
 the engine batches their generation requests). The worker is a stateful processor: a
 request's offset stays uncommitted (the low-watermark) until its episode has ended and its
@@ -56,9 +58,10 @@ from runtime.errors import BrokerTimeout, ConfigError, DesktopError, StorageErro
 from runtime.jobs import Job, JobBoard
 from runtime.policy.checkpoint import adoptable_checkpoint, default_checkpoint_root
 from runtime.policy.observation import IMAGE_MODES, OBSERVE_MODES
-from runtime.service import Output, ServiceRunner
+from runtime.processor import Output, Processor
+from runtime.service import ServiceRunner
 from runtime.tables import TopicTable
-from topics.events import DeadLetter, PolicyUpdate, RolloutRequest, TaskEvent
+from topics.events import PolicyUpdate, RolloutRequest, TaskEvent
 from topics.registry import DEAD_LETTER
 
 __all__ = ["RolloutConfig", "RolloutWorker", "PolicyFollower", "resolve_task", "rollout_service"]
@@ -115,7 +118,7 @@ def resolve_task(
 _BUILTIN = set(builtin_ids())
 
 
-class RolloutWorker:
+class RolloutWorker(Processor):
     """Processor that plays rollout requests on a desktop pool; see the module doc."""
 
     topics = ["rollout-requests"]
@@ -277,11 +280,7 @@ class RolloutWorker:
         )
         log.error("%s", why)
         if record is not None:
-            self._emit(DEAD_LETTER, DeadLetter.about(
-                source_topic=record.topic, partition=record.partition, offset=record.offset,
-                error=why, error_type="rejected", service=self.name, key=record.key,
-                value=record.value,
-            ))  # fmt: skip
+            self._emit(DEAD_LETTER, record.dead_letter("rejected", why, self.name))
 
     # -- episodes -----------------------------------------------------------------------
     async def _play(self, job: Job[RolloutRequest]) -> None:

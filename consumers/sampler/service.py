@@ -1,5 +1,7 @@
 """The sampler service: rewards in, Frontier Sampling state out, rollout requests ahead.
 
+Run by `scalecua sample` (cli/sample_commands.py); `scalecua up` runs one too.
+
 The sampler is a singleton per training run: start more than one and one is active, the
 others wait as standbys and take over when it dies or leaves (a leader election on the log,
 runtime/leader.py); only the active one reads `reward` and `policy-updates` (in its own
@@ -65,7 +67,7 @@ from consumers.sampler.pool import TaskPool
 from runtime.bus import Record
 from runtime.config import BusSettings
 from runtime.leader import SingletonService
-from runtime.service import Output
+from runtime.processor import Output, Processor
 from runtime.tables import TopicTable
 from topics.events import PolicyUpdate, Reward, RolloutRequest, TaskEvent, TaskStats
 
@@ -107,7 +109,7 @@ class _Group:
     seen: float = field(default_factory=time.monotonic)  # when this process first held it
 
 
-class Sampler:
+class Sampler(Processor):
     """Stateful processor on `reward` and `policy-updates`; see the module doc."""
 
     topics = ["reward", "policy-updates"]

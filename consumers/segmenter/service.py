@@ -1,5 +1,7 @@
 """The segmenter service: finished trajectories from the log, cut into `segment-ready` records.
 
+Run by `scalecua segment` (cli/segment_commands.py); `scalecua up` runs one too.
+
 It consumes `rollout-step` and `trajectory-complete`. Both are keyed by request id and have
 the same partition count, and the group uses range assignment (`co_partitioned`), so a
 trajectory's steps and its completion always reach the same member. Cross-topic order is
@@ -45,7 +47,6 @@ training on wrong tokens.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -60,17 +61,13 @@ from runtime.blobstore import BlobStore
 from runtime.bus import Record
 from runtime.errors import BlobCorrupt, BlobNotFound, RecordError
 from runtime.policy.processor import PolicyProcessor
-from runtime.service import DEAD_LETTER_VALUE_CAP, Output
-from topics.events import DeadLetter, RolloutStep, SegmentReady, TrajectoryComplete
+from runtime.processor import Output, Processor
+from topics.events import RolloutStep, SegmentReady, TrajectoryComplete
 from topics.registry import DEAD_LETTER
 
 __all__ = ["SegmenterConfig", "Segmenter", "segments_of"]
 
 log = logging.getLogger(__name__)
-
-# Bounds of a dead letter's key and reason, as the service runner bounds its own.
-_KEY_CAP = 1 << 10
-_ERROR_CAP = 8 << 10
 
 
 @dataclass(frozen=True)
@@ -215,7 +212,7 @@ class _Recent:
         return key in self._items
 
 
-class Segmenter:
+class Segmenter(Processor):
     """Stateful processor that turns finished trajectories into segments; see the module doc."""
 
     topics = ["rollout-step", "trajectory-complete"]
@@ -345,10 +342,8 @@ class Segmenter:
         self._finish(tid, reason)
         self.dead_letters += len(records)
         text = f"{tid}: {reason}"
-        return [
-            Output(DEAD_LETTER, _dead_letter(r, text, kind, self.name), _capped(r.key))
-            for r in records
-        ]
+        letters = [r.dead_letter(kind, text, self.name) for r in records]
+        return [Output(DEAD_LETTER, letter, letter.original_key) for letter in letters]
 
     def _supersede(self, complete: TrajectoryComplete) -> None:
         """Drop other attempts at the same request: they never complete and must not be cut."""
@@ -467,25 +462,3 @@ def _redelivered(held: HeldTrajectory, event: RolloutStep | TrajectoryComplete) 
     if isinstance(event, RolloutStep):
         return event.step in held.steps
     return held.complete is not None
-
-
-def _dead_letter(record: Record, reason: str, kind: str, service: str) -> DeadLetter:
-    """A dead letter for a held record, bounded as the service runner bounds its own."""
-    value = record.value or b""
-    return DeadLetter(
-        source_topic=record.topic,
-        partition=record.partition,
-        offset=record.offset,
-        error=reason[:_ERROR_CAP],
-        error_type=kind,
-        service=service,
-        original_key=_capped(record.key),
-        original_value=value[:DEAD_LETTER_VALUE_CAP] if record.value is not None else None,
-        original_size=len(value),
-        original_sha256=hashlib.sha256(value).hexdigest(),
-        truncated=len(value) > DEAD_LETTER_VALUE_CAP,
-    )
-
-
-def _capped(key: bytes | None) -> bytes | None:
-    return key[:_KEY_CAP] if key else key

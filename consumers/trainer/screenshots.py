@@ -7,12 +7,12 @@ from typing import Any
 
 from consumers.trainer.backends.base import Sample
 from runtime.blobstore import BlobStore
-from runtime.errors import BlobCorrupt, BlobNotFound, StorageError
+from runtime.errors import BlobCorrupt, BlobNotFound, RecordError, StorageError
 
 __all__ = ["MissingImage", "load_images"]
 
 
-class MissingImage(Exception):
+class MissingImage(RecordError):
     """A screenshot of a trajectory is missing or corrupt in the blob store."""
 
     def __init__(self, trajectory_id: str, reason: str) -> None:

@@ -1,5 +1,7 @@
 """The trainer service: `segment-ready` + `reward` -> GRPO steps -> checkpoints -> `policy-updates`.
 
+Run by `scalecua train` (cli/train_commands.py); `scalecua up` runs one too.
+
 One trainer runs per training job (it owns the optimizer). With a process group (`nproc`
 > 1, or torchrun) this process is rank 0: the only consumer of the log, driving the other
 ranks through its backend (consumers/trainer/ranks.py); nothing below changes. It is a
@@ -51,26 +53,28 @@ expired group that come later are dead-lettered by the runner as they arrive.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import math
-import os
-import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import orjson
 from aiokafka import TopicPartition
 
+from consumers.trainer.accounting import (
+    PlanCounts,
+    StepJob,
+    checkpoint_metadata,
+    restart_point,
+    rounded,
+    step_metrics,
+)
 from consumers.trainer.backends import (
     MicroBatch,
     NonFiniteStep,
     Sample,
     TrainerBackend,
-    make_backend,
 )
 from consumers.trainer.batching import (
     GroupBook,
@@ -79,29 +83,26 @@ from consumers.trainer.batching import (
     PlanConfig,
     pack_micro_batches,
     plan_group,
-    summarize,
 )
-from consumers.trainer.checkpoints import CheckpointStore, default_checkpoint_root
+from consumers.trainer.checkpoints import CheckpointStore
 from consumers.trainer.grpo import GRPOConfig, StepObjective, finish_stats
-from consumers.trainer.ranks import RankDeadline, RankFailure, RankGroup, RankSpec, torchrun_rank
+from consumers.trainer.ranks import RankDeadline, RankFailure
 from consumers.trainer.screenshots import MissingImage, load_images
-from consumers.trainer.shared_prefix import batch_cost, pack_shared
-from runtime.blobstore import BlobStore, open_blob_store
-from runtime.bus import EventConsumer, Record
-from runtime.config import BusSettings
+from consumers.trainer.shared_prefix import pack_shared
+from runtime.blobstore import BlobStore
+from runtime.bus import Record
 from runtime.errors import (
     ConfigError,
     InfrastructureError,
     PolicyError,
     RecordError,
 )
-from runtime.leader import RoleLease
 from runtime.policy.model import resolve_policy
-from runtime.service import Output, ServiceRunner
+from runtime.processor import Output, Processor
 from topics.events import DeadLetter, PolicyUpdate, Reward, SegmentReady
 from topics.registry import DEAD_LETTER
 
-__all__ = ["TrainerConfig", "Trainer", "trainer_service", "load_images", "newest_announced"]
+__all__ = ["TrainerConfig", "Trainer", "load_images"]
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ class TrainerConfig:
         return self.plan.objective == "grpo" and self.grpo.kl_coef != 0.0
 
 
-class _NonFiniteWeights(Exception):
+class _NonFiniteWeights(PolicyError):
     """A step left weights that are NaN or infinite: they must not be written or announced."""
 
 
@@ -153,34 +154,7 @@ def _spec(policy: str) -> str:
     return str(Path(policy.removeprefix("file://")).expanduser().resolve())
 
 
-def _tp_key(tp: TopicPartition) -> str:
-    return f"{tp.topic}/{tp.partition}"
-
-
-def _tp(key: str) -> TopicPartition:
-    topic_name, partition = key.rsplit("/", 1)
-    return TopicPartition(topic_name, int(partition))
-
-
-@dataclass(eq=False)
-class _Job:
-    """One optimisation step in flight."""
-
-    version: int  # the version this step produces
-    groups: list[GroupState]
-    plans: list[GroupPlan]
-    batches: list[MicroBatch]
-    tokens: int
-    restart: dict[str, dict]
-    started: float = field(default_factory=time.monotonic)
-    metrics: dict[str, float] = field(default_factory=dict)
-    trained: bool = False
-    uri: str | None = None
-    error: BaseException | None = None
-    task: asyncio.Task | None = None
-
-
-class Trainer:
+class Trainer(Processor):
     """Processor that trains the policy on complete groups; see the module docstring."""
 
     topics = ["segment-ready", "reward"]
@@ -212,13 +186,14 @@ class Trainer:
         self.store = store
         self.run_id = run_id
         self.book = GroupBook(config.judge_version)
+        self.planned = PlanCounts()  # what the groups planned so far came to
         self.version = 0  # the policy version the weights in memory are
         self.steps = 0
         self.base_policy = ""
         self.last_step: dict[str, float] = {}
         self.on_done: Callable[[], None] | None = None  # called once max_steps are done
         self.role_lost: asyncio.Event | None = None  # set if another trainer took the group
-        self._job: _Job | None = None
+        self._job: StepJob | None = None
         self._weights_spoiled = False  # a step left weights that are not finite
         self._release: list[str] = []  # groups whose policy update was sent last tick
         self._outbox: list[Output] = []
@@ -261,12 +236,7 @@ class Trainer:
         self.version = latest.version
         self.steps = int(meta.get("step", latest.version))
         same_run = meta.get("run_id") == self.run_id and self.run_id is not None
-        restart = meta.get("restart", {})
-        floors = {_tp(k): v for k, v in restart.get("floors", {}).items()} if same_run else {}
-        finished = {
-            g: {_tp(k): o for k, o in last.items()}
-            for g, last in restart.get("finished", {}).items()
-        }
+        floors, finished = restart_point(meta.get("restart", {}), same_run)
         self.book.restore(floors, finished)
         self._outbox.append(
             Output("policy-updates", PolicyUpdate(
@@ -392,6 +362,7 @@ class Trainer:
                 error=f"group {group.group_id} expired {why} (the record itself is intact; "
                       "its bytes stay on the log at this offset)",
                 error_type="expired", service=self.name, key=trajectory_id.encode(),
+                value_kept=False,
             )  # fmt: skip
             self._outbox.append(Output(DEAD_LETTER, letter))
         # Like a step's groups: released on the next tick, after the runner acknowledged
@@ -415,24 +386,27 @@ class Trainer:
             if not plan.samples:  # nothing to train (all failed, stale, below threshold)
                 self.book.take(group_id)
                 self.book.release([group_id])
-                self._count_plan(plan, trained=False)
+                self.planned += PlanCounts.of(plan, trained=False)
                 continue
             chosen.append((group, plan))
             if len(chosen) == self.config.batch_groups:
                 break
         if len(chosen) < self.config.batch_groups:
             return
+        counts = PlanCounts()
         for group, plan in chosen:
             self.book.take(group.group_id)
-            self._count_plan(plan, trained=True)
+            counts += PlanCounts.of(plan, trained=True)
+        self.planned += counts
         samples = [s for _, plan in chosen for s in plan.samples]
-        job = _Job(
+        job = StepJob(
             version=self.version + 1,
             groups=[g for g, _ in chosen],
             plans=[p for _, p in chosen],
             batches=self._pack(samples),
             tokens=sum(s.tokens for s in samples),
             restart=self.book.restart_point(),
+            counts=counts,
         )
         job.task = asyncio.create_task(self._run(job))
         self._job = job
@@ -443,17 +417,7 @@ class Trainer:
         pack = pack_shared if self.backend.shares_prefixes else pack_micro_batches
         return pack(samples, self.config.micro_batch_tokens, self.config.micro_batch_rows)
 
-    def _count_plan(self, plan: GroupPlan, trained: bool) -> None:
-        book = self.book
-        book.count("groups_trained" if trained else "groups_without_samples")
-        book.count("groups_all_equal", int(plan.all_equal))
-        book.count("rollouts_env_failed", plan.env_failures)
-        book.count("rollouts_unsampled", plan.unsampled)
-        book.count("rollouts_stale_dropped", plan.stale_dropped)
-        book.count("rollouts_stale_downweighted", plan.stale_downweighted)
-        book.count("rollouts_below_threshold", plan.below_threshold)
-
-    async def _run(self, job: _Job) -> None:
+    async def _run(self, job: StepJob) -> None:
         """Train, then write the checkpoint; errors are kept on the job for tick()."""
         try:
             await asyncio.to_thread(self._train, job)
@@ -462,77 +426,24 @@ class Trainer:
         except Exception as exc:  # handled by _finish on the event loop
             job.error = exc
 
-    def _train(self, job: _Job) -> None:
+    def _train(self, job: StepJob) -> None:
         config = self.config
         loss_fn = StepObjective(config.plan.objective, job.tokens, config.grpo)
         result = self.backend.step(job.batches, loss_fn, lambda s: load_images(self.blobs, s))
         bad = self.backend.nonfinite_parameters()
         if bad:
             raise _NonFiniteWeights(f"the step left {bad} weights NaN or infinite")
-        metrics = finish_stats(result["parts"])
-        advantages = [a for p in job.plans for a in p.advantages]
-        lags = [float(lag) for p in job.plans for lag in p.lags]
-        scores = [s for p in job.plans for s in p.scores]
-        metrics.update(
-            step=float(job.version),
-            policy_version=float(job.version),
-            grad_norm=result["grad_norm"],
-            groups=float(len(job.groups)),
-            rollouts=float(sum(p.rollouts for p in job.plans)),
-            segments=float(sum(len(b.samples) for b in job.batches)),
-            micro_batches=float(result["micro_batches"]),
-            groups_all_equal=float(sum(p.all_equal for p in job.plans)),
-            env_failures=float(sum(p.env_failures for p in job.plans)),
-            stale_dropped=float(sum(p.stale_dropped for p in job.plans)),
-            stale_downweighted=float(sum(p.stale_downweighted for p in job.plans)),
-            forward_backward_s=result["forward_backward_s"],
-            optimizer_s=result["optimizer_s"],
-            # Tokens in the step's segments, and what the passes computed (padding in,
-            # shared prefixes once): their ratio is what prefix sharing saves.
-            sequence_tokens=float(sum(len(s.ids) for b in job.batches for s in b.samples)),
-            computed_tokens=float(sum(batch_cost(b) for b in job.batches)),
-            **summarize(advantages, "adv"),
-            **summarize(lags, "lag"),
-            **summarize(scores, "reward"),
-        )
-        if scores:  # a pass is a full score, as the judge and evaluation count it
-            metrics["pass_rate"] = sum(s >= 1.0 for s in scores) / len(scores)
-        job.metrics = metrics
+        job.metrics = step_metrics(job, result)
 
-    def _save(self, job: _Job) -> str:
+    def _save(self, job: StepJob) -> str:
         started = time.monotonic()
-        restart = job.restart
-        metadata = {
-            "format": 1,
-            "policy_version": job.version,
-            "step": job.version,
-            "base_policy": self.base_policy,
-            "objective": self.config.plan.objective,
-            "judge_version": self.config.judge_version,
-            "run_id": self.run_id,
-            "backend": self.backend.name,
-            "groups": sorted(g.group_id for g in job.groups),
-            "trajectories": sorted(
-                t.trajectory_id
-                for g in job.groups
-                for t in g.members()
-                if any(s.trajectory_id == t.trajectory_id for p in job.plans for s in p.samples)
-            ),  # fmt: skip
-            "restart": {
-                "floors": {_tp_key(tp): o for tp, o in restart["floors"].items()},
-                "finished": {
-                    g: {_tp_key(tp): o for tp, o in last.items()}
-                    for g, last in restart["finished"].items()
-                },
-            },
-            "metrics": job.metrics,
-            "config": {
-                "grpo": asdict(self.config.grpo),
-                "plan": asdict(self.config.plan),
-                "batch_groups": self.config.batch_groups,
-            },
-            "created_ms": int(time.time() * 1000),
-        }
+        config = self.config
+        metadata = checkpoint_metadata(
+            job, base_policy=self.base_policy, objective=config.plan.objective,
+            judge_version=config.judge_version, run_id=self.run_id, backend=self.backend.name,
+            config={"grpo": asdict(config.grpo), "plan": asdict(config.plan),
+                    "batch_groups": config.batch_groups},
+        )  # fmt: skip
         uri = self.store.write(
             job.version, self.backend.save,
             self.backend.save_state if self.config.keep_states > 0 else None, metadata,
@@ -541,7 +452,7 @@ class Trainer:
         job.metrics["checkpoint_s"] = time.monotonic() - started
         return uri
 
-    async def _finish(self, job: _Job) -> None:
+    async def _finish(self, job: StepJob) -> None:
         """Act on a finished step: announce it, or give its groups back, or finish them."""
         if isinstance(job.error, RankFailure):
             # The group is over: nothing of this step is finished, released or given back;
@@ -555,11 +466,11 @@ class Trainer:
                 self.book.count("rollouts_missing_images")
                 log.warning("trainer: %s; its trajectory leaves its group", error)
                 self.book.give_back(job.groups)
-                self._uncount(job)
+                self.planned -= job.counts  # planned and counted again
                 return
             if isinstance(error, InfrastructureError):
                 self.book.give_back(job.groups)
-                self._uncount(job)
+                self.planned -= job.counts  # planned and counted again
                 raise error  # the runner retries with backoff, then halts
             if isinstance(error, NonFiniteStep | _NonFiniteWeights):
                 self._skip_nonfinite(job, error)
@@ -567,7 +478,7 @@ class Trainer:
             log.error("trainer: step %d failed, its %d groups are dropped untrained: %r",
                       job.version, len(job.groups), error, exc_info=error)  # fmt: skip
             self.book.count("groups_failed", len(job.groups))
-            self.book.count("groups_trained", -len(job.groups))
+            self.planned -= PlanCounts(groups_trained=len(job.groups))
             self.book.release([g.group_id for g in job.groups])
             return
         if job.uri is None:
@@ -585,25 +496,25 @@ class Trainer:
                 policy_version=job.version, checkpoint_uri=job.uri, metrics=job.metrics,
             ))
         )  # fmt: skip
-        line = {"service": self.name, "step": job.version, **_rounded(job.metrics)}
+        line = {"service": self.name, "step": job.version, **rounded(job.metrics)}
         log.info("step %s", orjson.dumps(line).decode())
         if self.finished_steps() and self.on_done is not None:
             self.on_done()
 
-    def _skip_nonfinite(self, job: _Job, error: Exception) -> None:
+    def _skip_nonfinite(self, job: StepJob, error: Exception) -> None:
         """Drop a step whose numbers were not finite; keep (or load back) the last weights."""
         # The update was applied: the next tick loads the last announced weights back,
         # before any step can start from these.
         self._weights_spoiled = isinstance(error, _NonFiniteWeights)
         self.book.count("steps_nonfinite")
         self.book.count("groups_nonfinite", len(job.groups))
-        self.book.count("groups_trained", -len(job.groups))
+        self.planned -= PlanCounts(groups_trained=len(job.groups))
         self.book.release([g.group_id for g in job.groups])
         parts = getattr(error, "parts", [])
         line = {
             "service": self.name, "step": job.version, "reason": str(error),
             "policy_version": self.version, "groups": sorted(g.group_id for g in job.groups),
-            **_rounded(finish_stats(parts) if parts else {}),
+            **rounded(finish_stats(parts) if parts else {}),
         }  # fmt: skip
         log.error("step skipped, not finite: %s; its groups are dropped untrained and version "
                   "%d stays", orjson.dumps(line).decode(), self.version)  # fmt: skip
@@ -619,16 +530,6 @@ class Trainer:
             self.store.local_state(self.version) as state,
         ):
             self.backend.load(weights, reference=reference, optimizer_state=state)
-
-    def _uncount(self, job: _Job) -> None:
-        for plan in job.plans:  # these groups will be planned and counted again
-            self.book.count("groups_trained", -1)
-            self.book.count("groups_all_equal", -int(plan.all_equal))
-            self.book.count("rollouts_env_failed", -plan.env_failures)
-            self.book.count("rollouts_unsampled", -plan.unsampled)
-            self.book.count("rollouts_stale_dropped", -plan.stale_dropped)
-            self.book.count("rollouts_stale_downweighted", -plan.stale_downweighted)
-            self.book.count("rollouts_below_threshold", -plan.below_threshold)
 
     @staticmethod
     def _mark_unusable(groups: list[GroupState], trajectory_id: str) -> None:
@@ -648,6 +549,7 @@ class Trainer:
             "tokens_held": self.book.tokens_held,
             "step_running": int(self._job is not None),
             **self.book.counters,
+            **self.planned.as_dict(),
         }
         group_stats = getattr(self.backend, "group_stats", None)
         if group_stats is not None:  # the process group's call in flight, and late ranks
@@ -656,108 +558,3 @@ class Trainer:
             if key in self.last_step:
                 out[f"last_{key}"] = self.last_step[key]
         return out
-
-
-def _rounded(metrics: dict[str, float]) -> dict[str, float | str]:
-    """Floats to 6 decimals; NaN and infinities as text (JSON has no such numbers)."""
-    return {
-        k: (v if not isinstance(v, float) else round(v, 6) if math.isfinite(v) else str(v))
-        for k, v in metrics.items()
-    }
-
-
-async def newest_announced(settings: BusSettings, timeout_s: float = 30.0) -> int:
-    """The highest policy version on `policy-updates` (0 if none), read to the end."""
-    newest = 0
-    async with EventConsumer(settings, ["policy-updates"], group_id=None) as consumer:
-        async for batch in consumer.catch_up("policy-updates", timeout_s=timeout_s):
-            for record in batch:
-                if isinstance(record.event, PolicyUpdate):
-                    newest = max(newest, record.event.policy_version)
-    return newest
-
-
-@contextlib.asynccontextmanager
-async def trainer_service(
-    settings: BusSettings,
-    config: TrainerConfig,
-    *,
-    backend_options: dict[str, Any] | None = None,
-    blobs: BlobStore | None = None,
-    metrics_port: int | None = None,
-    metrics_interval_s: float = 30.0,
-    nproc: int = 1,
-    rank_threads: int = 0,
-) -> AsyncIterator[ServiceRunner]:
-    """Load the trainer (newest checkpoint or base policy) and yield its runner, unstarted.
-
-    With `nproc` > 1 this process is rank 0 of a process group it starts (ranks 1..nproc-1
-    as child processes, each with `rank_threads` torch threads); under torchrun it is rank
-    0 of torchrun's group. The group ends when the context does.
-
-    One trainer writes per consumer group: a second one on the same log and group is refused
-    (ConfigError naming the one that is active) before it loads anything.
-
-    async with trainer_service(settings, TrainerConfig(batch_groups=2)) as runner:
-        await runner.run()
-    """
-    from runtime.runs import ensure_run
-
-    run_id = (await ensure_run(settings)).run_id
-    root = config.checkpoints or default_checkpoint_root()
-    options = dict(backend_options or {})
-    if config.grpo.entropy_coef != 0.0:
-        options.setdefault("entropy_grad", True)
-    blobs = blobs or open_blob_store()
-    group: RankGroup | None = None
-    launched = torchrun_rank()
-    lease = await _single_writer(settings, config.group_id, root)
-    try:
-        if nproc > 1 or (launched is not None and launched[1] > 1):
-            spec = RankSpec(config.backend, options, blobs=blobs.url, threads=rank_threads)
-            if launched is not None:
-                group = await asyncio.to_thread(RankGroup.join, spec, config.rank_deadline)
-            else:
-                # here: the ranks die with this thread
-                group = RankGroup.spawn(nproc, spec, config.rank_deadline)
-                await asyncio.to_thread(group.connect)
-            backend: TrainerBackend = await asyncio.to_thread(group.backend)
-        else:
-            backend = make_backend(config.backend, **options)
-        store = CheckpointStore(root)
-        trainer = Trainer(config, backend, blobs, store, run_id)
-        trainer.role_lost = lease.lost
-        await asyncio.to_thread(trainer.load)
-        if trainer.version > 0 and await newest_announced(settings) >= trainer.version:
-            trainer.announced()  # only a crash before the announcement's ack needs it again
-        runner = ServiceRunner(
-            trainer, settings, group_id=config.group_id, metrics_port=metrics_port,
-            metrics_interval_s=metrics_interval_s,
-        )  # fmt: skip
-        trainer.on_done = runner.stop
-        yield runner
-    finally:
-        try:
-            if group is not None:
-                await asyncio.to_thread(group.close)
-        finally:
-            await lease.release()
-
-
-async def _single_writer(settings: BusSettings, group_id: str, root: str) -> RoleLease:
-    """Hold the trainer's role for `group_id` on this log, or refuse naming who holds it.
-
-    Two trainers in one consumer group would split its partitions, and every group would
-    expire half-read on both; the role is elected on the log as the sampler's is
-    (runtime/leader.py), and a trainer that is not elected does not start.
-    """
-    who = f"{socket.gethostname()} pid {os.getpid()}, checkpoints in {root}"
-    lease = await RoleLease(settings, group_id, who=who).join()
-    if not lease.held:
-        await lease.release()
-        raise ConfigError(
-            f"another trainer of group {group_id!r} is active on this log: {lease.holder}. One "
-            "trainer writes per group (it owns the optimizer and the checkpoints): stop it "
-            "first, or start this one with another --group and its own --checkpoints"
-        )
-    return lease

@@ -35,6 +35,7 @@ from runtime.envs.desktop.actions import ACTIONS, ActionError, parse_action
 from runtime.envs.tasks.getters import GETTERS
 from runtime.envs.tasks.metrics import metric_names
 from runtime.envs.tasks.setup import SETUP_STEPS
+from runtime.errors import OutcomeError
 
 __all__ = [
     "AgentResult",
@@ -61,7 +62,7 @@ T = TypeVar("T")
 _RAW_KEPT = 4000  # characters of a failed reply kept in the record
 
 
-class ParseError(ValueError):
+class ParseError(OutcomeError, ValueError):
     """A reply does not fit the agent's output schema; the message says why."""
 
 

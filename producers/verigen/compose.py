@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from producers.verigen.candidate import APPS, DIFFICULTIES, MAX_STEPS
+from runtime.errors import TaskError
 
 __all__ = [
     "CompositionError",
@@ -107,7 +108,7 @@ def compose_groups(
 
 
 # -- composition --------------------------------------------------------------------------
-class CompositionError(ValueError):
+class CompositionError(TaskError, ValueError):
     """Tasks that cannot be joined into one conjunctive task; the message says why."""
 
 

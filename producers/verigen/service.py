@@ -1,5 +1,8 @@
 """VeriGen workers: one consumer group over `synthesis-requests`, and a run that feeds them.
 
+Run by `scalecua verigen worker` (a worker) and `scalecua verigen run` (a run, hosting workers
+itself unless told not to), both in cli/verigen_commands.py.
+
 A worker runs many syntheses at once (each mostly waits for the model) and shares the
 probe's desktops among them. It is a stateful processor: a request's offset stays
 uncommitted (the low-watermark) until its candidate reached a final stage and its events
@@ -30,8 +33,9 @@ from producers.verigen.probe import Probe, ProbeAPI, ProbeClient
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.jobs import Job, JobBoard
+from runtime.processor import Output, Processor
 from runtime.runs import new_run_id
-from runtime.service import Output, ServiceRunner
+from runtime.service import ServiceRunner
 from runtime.tables import TopicTable
 from topics.events import Event, SynthesisEvent, SynthesisRequest
 
@@ -78,7 +82,7 @@ async def open_probe(spec: ProbeSpec) -> AsyncIterator[ProbeAPI]:
             yield probe
 
 
-class SynthesisWorker:
+class SynthesisWorker(Processor):
     """Processor that synthesises each request; see the module doc."""
 
     topics = ["synthesis-requests"]

@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runtime.errors import InfrastructureError
+
 __all__ = ["Cgroup", "CgroupError"]
 
 _ROOT = Path("/sys/fs/cgroup")
 
 
-class CgroupError(RuntimeError):
+class CgroupError(InfrastructureError):
     """The cgroup could not be created or configured on this machine."""
 
 

@@ -8,7 +8,8 @@ import io
 import logging
 from pathlib import Path
 
-from cli.up.console import ConsoleWarnings, UpConsole
+from cli.service_console import ConsoleWarnings
+from cli.up.console import UpConsole
 from runtime.service_logs import ServiceLogs, as_service, child_log_path
 
 
@@ -53,7 +54,7 @@ async def test_each_service_logs_to_its_own_file_and_warnings_reach_the_console(
 ) -> None:
     out = io.StringIO()
     console = UpConsole(1, stream=out)
-    warnings = ConsoleWarnings(console)
+    warnings = ConsoleWarnings(console.say)
     log = logging.getLogger("runtime.service")
     log.setLevel(logging.INFO)
     root = logging.getLogger()

@@ -17,12 +17,13 @@ from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.errors import ConfigError
 from runtime.leader import SingletonService
+from runtime.processor import Processor
 from runtime.runs import ensure_run
 from tests.bus_reading import read_until
 from topics.events import PolicyUpdate
 
 
-class Counter:
+class Counter(Processor):
     """Counts `policy-updates` records; notes in a shared journal when it stops."""
 
     name = "counter"

@@ -13,14 +13,15 @@ from runtime.archive.store import ArchiveStore
 from runtime.broker import EmbeddedBroker, create_topics
 from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
+from runtime.processor import Output, Processor
 from runtime.runs import ensure_run, run_resolver
-from runtime.service import Output, ServiceRunner
+from runtime.service import ServiceRunner
 from runtime.tables import TopicTable
 from tests.bus_reading import committed
 from topics.events import RolloutStep, TaskEvent
 
 
-class Collect:
+class Collect(Processor):
     """Remembers the event ids it was given (a stateless processor)."""
 
     name = "collect"

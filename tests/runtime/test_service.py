@@ -9,13 +9,14 @@ from aiokafka import TopicPartition
 
 from runtime.bus import EventConsumer, EventProducer, Record
 from runtime.config import BusSettings
-from runtime.service import Output, ServiceRunner
+from runtime.processor import Output, Processor
+from runtime.service import ServiceRunner
 from tests.bus_reading import read_records
 from topics.codec import decode
 from topics.events import Reward, TaskStats
 
 
-class ScoreToStats:
+class ScoreToStats(Processor):
     """A tiny real processor: every reward becomes task stats; negative scores are refused."""
 
     name = "score-to-stats"

@@ -14,9 +14,17 @@ import pytest
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings
 from runtime.errors import BrokerError, InfrastructureError, ServiceHalted
-from runtime.service import DEAD_LETTER_VALUE_CAP, Output, RetryPolicy, ServiceRunner
+from runtime.processor import Output, Processor
+from runtime.retry import RetryPolicy
+from runtime.service import ServiceRunner
 from tests.bus_reading import committed_total, read_records
-from topics.events import Reward, RolloutStep, TaskStats, TrajectoryComplete
+from topics.events import (
+    DEAD_LETTER_VALUE_CAP,
+    Reward,
+    RolloutStep,
+    TaskStats,
+    TrajectoryComplete,
+)
 
 
 def _step(i: int) -> RolloutStep:
@@ -38,7 +46,7 @@ async def _run_until(runner: ServiceRunner, done: Callable[[], bool]) -> None:
     await asyncio.wait_for(task, 30)  # raises what ended the runner, if anything did
 
 
-class SlowEcho:
+class SlowEcho(Processor):
     """Every step becomes a trajectory-complete after an await (as every real processor has)."""
 
     name = "slow-echo"
@@ -93,7 +101,7 @@ async def test_scaling_out_and_in_under_load_kills_no_member_and_loses_no_output
     assert await committed_total(bus_settings, "slow-echo", "rollout-step") == n
 
 
-class Pairs:
+class Pairs(Processor):
     """Holds a trajectory's first step until its second arrives (a stateful processor)."""
 
     name = "pairs"
@@ -169,7 +177,7 @@ async def test_a_rebalance_loses_no_record_a_stateful_member_held(
     assert completed == {f"pair-{j}" for j in range(pairs)}, f"{pairs - len(completed)} lost"
 
 
-class WrongType:
+class WrongType(Processor):
     """Returns an event of the wrong type for the topic on odd steps."""
 
     name = "wrong-type"
@@ -203,7 +211,7 @@ async def test_an_output_of_the_wrong_type_is_dead_lettered_and_the_stream_goes_
     assert await committed_total(bus_settings, "wrong-type", "rollout-step") == 10
 
 
-class Inflate:
+class Inflate(Processor):
     """Answers every reward with a task-stats event far larger than the request limit."""
 
     name = "inflate"
@@ -240,7 +248,7 @@ async def test_near_limit_records_and_oversized_outputs_end_as_bounded_dead_lett
     assert await committed_total(bus_settings, "inflate", "reward") == 2
 
 
-class CountSteps:
+class CountSteps(Processor):
     """Counts the steps it is given, by dedup id, and opts into the runner's dedup."""
 
     name = "count-steps"
@@ -365,7 +373,7 @@ async def test_infrastructure_failures_are_retried_never_dead_lettered(
     assert await read_records(bus_settings, "dead-letter", 1, timeout=1, grace=0.5) == []
 
 
-class Joiner:
+class Joiner(Processor):
     """Holds every record until it has two, then writes one output for both (stateful)."""
 
     name = "joiner"

@@ -14,6 +14,30 @@ from typing import Any
 
 from Xlib import XK
 
+from runtime.errors import OutcomeError
+
+__all__ = [
+    "ACTIONS",
+    "ActionError",
+    "CLICKS",
+    "GRID",
+    "MAX_HOLD",
+    "MAX_SCROLL",
+    "MAX_TEXT",
+    "MAX_WAIT",
+    "POINTER",
+    "SCROLL_DIRECTIONS",
+    "TERMINAL",
+    "char_keysym",
+    "grid_to_pixels",
+    "key_keysym",
+    "parse_action",
+    "parse_key_combos",
+    "pixels_to_grid",
+    "text_keysyms",
+    "to_pixels",
+]
+
 GRID = 1000
 MAX_TEXT = 100_000  # characters in one `type`/`write_file`: beyond this an agent is looping
 MAX_WAIT = 60.0  # seconds one `wait` may take
@@ -98,7 +122,7 @@ _KEY_ALIASES = {
 _CONTROL_KEYSYMS = {"\n": XK.XK_Return, "\t": XK.XK_Tab}
 
 
-class ActionError(ValueError):
+class ActionError(OutcomeError, ValueError):
     """An action is malformed; the message says what to fix."""
 
 

@@ -14,9 +14,9 @@ Why not Playwright: its `connect_over_cdp` drives a Node.js process (the package
 ~165 MB) and attaches to every target on connect; what the getters and setup steps need is
 a dozen CDP commands, which this module sends over one WebSocket with flattened sessions.
 
-Errors are `ChromeError` (no browser answering, a protocol error, the connection lost): not
-a ScaleCUAError, because a browser the agent closed is an outcome to score, not a broken
-desktop; setup steps turn it into a TaskError.
+Errors are `ChromeError` (no browser answering, a protocol error, the connection lost): an
+OutcomeError, not a DesktopError, because a browser the agent closed is an outcome to score,
+not a broken desktop; setup steps turn it into a TaskError.
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ from urllib.parse import urlparse
 
 import aiohttp
 
+from runtime.errors import OutcomeError
+
 __all__ = ["DEBUG_PORT", "Browser", "ChromeError", "Page"]
 
 DEBUG_PORT = 9222  # where OSWorld's socat forwards Chrome's debugging port (1337)
 _POLL = 0.1
 
 
-class ChromeError(Exception):
+class ChromeError(OutcomeError):
     """The desktop's Chrome could not be reached, or refused a DevTools command."""
 
 

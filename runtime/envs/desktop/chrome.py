@@ -42,6 +42,7 @@ __all__ = [
     "seed_profile",
     "wrapper_scripts",
     "write_wrappers",
+    "BROWSER_NAMES",
 ]
 
 CHROMIUM = "/usr/lib/chromium/chromium"  # the binary behind Debian's /usr/bin/chromium script

@@ -44,6 +44,18 @@ from runtime.envs.desktop.controller import DesktopController
 from runtime.errors import DesktopError
 from runtime.isolation.ids import DESKTOP_UIDS, IdLease, lease_ids
 
+__all__ = [
+    "DEFAULT_MEMORY_BYTES",
+    "DEFAULT_PIDS",
+    "DockerDesktop",
+    "ID_COUNT",
+    "IMAGE",
+    "START_TIMEOUT",
+    "STOP_TIMEOUT",
+    "desktop_image",
+    "docker_url",
+]
+
 log = logging.getLogger(__name__)
 
 IMAGE = "scalecua-desktop:latest"  # what infra/images/build.sh tags its last desktop build

@@ -17,12 +17,22 @@ from urllib.parse import unquote, urlparse
 
 from runtime.addresses import is_loopback
 from runtime.envs.desktop.apps import Opener, opener_for
+from runtime.errors import FetchError
+
+__all__ = [
+    "DOWNLOAD_TIMEOUT",
+    "DownloadError",
+    "directory_tree",
+    "download",
+    "open_command",
+    "write_bytes",
+]
 
 DOWNLOAD_TIMEOUT = 300.0
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
-class DownloadError(Exception):
+class DownloadError(FetchError):
     """A /setup/download_file source could not be fetched."""
 
 

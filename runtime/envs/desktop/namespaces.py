@@ -34,7 +34,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["AGENT_IDS", "AGENT_ROOT", "SERVER_ID", "AgentSide", "AgentSideError"]
+from runtime.errors import DesktopError
+
+__all__ = ["AGENT_IDS", "AGENT_ROOT", "SERVER_ID", "AgentSide", "AgentSideError", "CALL_TIMEOUT"]
 
 SERVER_ID = 65535  # the server's host uid is the leased block's first + SERVER_ID
 AGENT_IDS = 65535  # ids 0..AGENT_IDS-1 inside the agent's namespace: host first..first+65534
@@ -47,7 +49,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 T = TypeVar("T")
 
 
-class AgentSideError(Exception):
+class AgentSideError(DesktopError):
     """A function run on the agent's side failed: `args` are its message and its kind."""
 
 

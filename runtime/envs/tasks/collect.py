@@ -32,6 +32,7 @@ import orjson
 from runtime.envs.tasks.evaluate import (
     Evaluation,
     FuncScore,
+    breaks_evaluation,
     decided_by_actions,
     run_metric,
     score_funcs,
@@ -40,7 +41,7 @@ from runtime.envs.tasks.getters import EvalContext, FetchedFile, get_state
 from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.model import Evaluator, Task
 from runtime.envs.tasks.setup import run_steps
-from runtime.errors import ScaleCUAError, TaskError
+from runtime.errors import TaskError
 
 __all__ = ["ArtifactStore", "MANIFEST_VERSION", "collect", "score_collected"]
 
@@ -95,9 +96,9 @@ async def collect(
             try:
                 result = await get_state(ctx, ev.results[i])
                 expected = await get_state(ctx, ev.expecteds[i])
-            except ScaleCUAError:
-                raise
             except Exception as exc:  # a getter choking on the agent's output scores 0
+                if breaks_evaluation(exc):
+                    raise
                 entry["error"] = f"{type(exc).__name__}: {exc}"
                 result = expected = None
             roots = [cache, outputs] + ([task.base_dir] if task.base_dir else [])

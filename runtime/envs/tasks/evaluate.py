@@ -4,7 +4,7 @@ Order: a `fail` action decides at once (1.0 on an infeasible task, 0.0 otherwise
 `postconfig` runs, then each func's getters and metric. With conj "and" a zero stops the
 evaluation at 0.0 and the score is the mean; with "or" a one stops it at 1.0 and the
 score is the max. A metric that raises on the agent's output scores 0.0 with the error
-kept; a malformed task or a broken desktop raises.
+kept; a malformed task or a broken desktop raises (`breaks_evaluation`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from runtime.envs.tasks.getters import EvalContext, get_state
 from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.setup import run_steps
-from runtime.errors import ScaleCUAError, TaskError
+from runtime.errors import OutcomeError, ScaleCUAError, TaskError
 from topics.events import METRIC_SCORES
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "evaluate",
     "run_metric",
     "score_funcs",
+    "breaks_evaluation",
 ]
 
 
@@ -114,13 +115,23 @@ async def evaluate(
                 has_expected = ev.expecteds[i] is not None
                 result = await get_state(ctx, ev.results[i])
                 expected = await get_state(ctx, ev.expecteds[i]) if has_expected else None
-            except ScaleCUAError:
-                raise
             except Exception as exc:  # a getter choking on the agent's output is a 0
+                if breaks_evaluation(exc):
+                    raise
                 return FuncScore(name, 0.0, f"{type(exc).__name__}: {exc}")
             return await run_metric(name, result, expected, has_expected, ev.options[i])
 
         return await score_funcs(len(ev.funcs), ev.conj, one)
+
+
+def breaks_evaluation(error: Exception) -> bool:
+    """Whether a getter's or metric's failure stops the evaluation instead of scoring 0.
+
+    scalecua's own failures do (a broken desktop, a store, a task's setup), except an
+    OutcomeError, which is the agent's doing; anything else is a getter or metric choking
+    on what the agent left.
+    """
+    return isinstance(error, ScaleCUAError) and not isinstance(error, OutcomeError)
 
 
 async def score_funcs(
@@ -147,9 +158,9 @@ async def run_metric(
             value = await asyncio.to_thread(METRICS[name], result, expected, **options)
         else:
             value = await asyncio.to_thread(METRICS[name], result, **options)
-    except ScaleCUAError:
-        raise
     except Exception as exc:  # a metric choking on what the agent produced is a 0, not a crash
+        if breaks_evaluation(exc):
+            raise
         return FuncScore(name, 0.0, f"{type(exc).__name__}: {exc}")
     score = float(value)
     if math.isnan(score):

@@ -63,6 +63,12 @@ def test_eval_scores_a_folder_of_tasks_with_an_interval_and_per_app_rates(tmp_pa
     assert statuses["tasks/terminal_create_empty_notes"] == (
         "copy-terminal_create_empty_notes", 0.0, "fail",
     )  # fmt: skip
+    # As `up`: the services' INFO lines (metrics, starts) go to their files, not the console.
+    assert not [line for line in run.stderr.splitlines() if " INFO " in line], run.stderr[-2000:]
+    (logs,) = (tmp_path / "home" / "evals").glob("*/logs")
+    assert f"{logs}/<service>.log" in run.stderr
+    assert " INFO " in (logs / "judge.log").read_text()
+    assert (logs / "rollout.log").stat().st_size > 0
 
 
 def test_eval_without_tasks_says_so(tmp_path: Path) -> None:

@@ -17,8 +17,9 @@ from runtime.broker import EmbeddedBroker
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings
 from runtime.replay import ReplayIncomplete, read_live
+from runtime.retry import RetryPolicy
 from runtime.runs import current_run, reseed_from_archive, run_resolver
-from runtime.service import RetryPolicy, ServiceRunner
+from runtime.service import ServiceRunner
 from topics.events import PolicyUpdate, RolloutStep, TaskEvent, TaskStats
 
 SCALECUA = [sys.executable, "-m", "cli"]

@@ -19,7 +19,7 @@ from runtime.bus import Record
 from runtime.errors import RecordError
 from runtime.policy.model import resolve_policy
 from runtime.policy.processor import PolicyProcessor, load_processor
-from runtime.service import Output
+from runtime.processor import Output
 from tests.consumers.segmenter.test_service import DELTA, K, _episode
 from topics.codec import encode
 from topics.events import DeadLetter, RolloutStep, TrajectoryComplete

@@ -22,7 +22,8 @@ import torch
 
 from consumers.trainer.backends import make_backend
 from consumers.trainer.checkpoints import CheckpointStore
-from consumers.trainer.service import Trainer, TrainerConfig, trainer_service
+from consumers.trainer.service import Trainer, TrainerConfig
+from consumers.trainer.startup import trainer_service
 from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from consumers.segmenter.service import Segmenter, SegmenterConfig
-from consumers.trainer.service import TrainerConfig, trainer_service
+from consumers.trainer.service import TrainerConfig
+from consumers.trainer.startup import trainer_service
 from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer
 from runtime.config import BusSettings

@@ -15,7 +15,8 @@ import torch
 from consumers.trainer.backends import make_backend
 from consumers.trainer.batching import PlanConfig
 from consumers.trainer.checkpoints import METADATA, CheckpointStore
-from consumers.trainer.service import Trainer, TrainerConfig, trainer_service
+from consumers.trainer.service import Trainer, TrainerConfig
+from consumers.trainer.startup import trainer_service
 from runtime.blobstore import BlobStore
 from runtime.bus import EventProducer, Record
 from runtime.config import BusSettings

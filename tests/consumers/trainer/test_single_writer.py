@@ -14,7 +14,8 @@ from pathlib import Path
 from aiokafka import TopicPartition
 
 from consumers.trainer.checkpoints import CheckpointStore
-from consumers.trainer.service import TrainerConfig, trainer_service
+from consumers.trainer.service import TrainerConfig
+from consumers.trainer.startup import trainer_service
 from runtime.blobstore import BlobStore
 from runtime.config import BusSettings
 from runtime.policy.model import Policy

@@ -160,7 +160,7 @@ async def fetch_url(url: str, limits: FetchLimits | None = None, mode: str = "on
         return await fetcher.fetch(url)
 
 
-class _Transient(Exception):
+class _Transient(FetchError):
     """A failure worth another attempt."""
 
 

@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 
 from runtime.envs.tasks.model import Task
 
-__all__ = ["FileRef", "is_web_url", "task_files"]
+__all__ = ["FileRef", "is_web_url", "task_files", "URL_GETTERS"]
 
 # Getters whose `path` names a file to fetch onto the host (OSWorld's `cloud_file`).
 URL_GETTERS = ("cloud_file",)

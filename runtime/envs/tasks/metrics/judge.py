@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.getters import FetchedFile
+from runtime.errors import OutcomeError
 from runtime.judge import FileArtifact, JudgeLimits, run_judge
 
 __all__ = ["JudgeFailed", "sandboxed_judge"]
 
 
-class JudgeFailed(Exception):
+class JudgeFailed(OutcomeError):
     """The judge gave no score; the message names the failure status and detail."""
 
 

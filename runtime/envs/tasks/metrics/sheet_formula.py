@@ -21,6 +21,8 @@ from typing import Any
 from openpyxl.formula.tokenizer import Token, Tokenizer
 from openpyxl.utils.cell import column_index_from_string
 
+from runtime.errors import OutcomeError
+
 __all__ = ["FUNCTIONS", "CellReader", "FormulaError", "evaluate_formula"]
 
 CellReader = Callable[[int, int], Any]  # (row, column), 1-based -> stored value
@@ -29,7 +31,7 @@ _BINARY = {"=": 1, "<>": 1, "<": 1, ">": 1, "<=": 1, ">=": 1, "&": 2, "+": 3, "-
            "*": 4, "/": 4, "^": 5}  # fmt: skip
 
 
-class FormulaError(ValueError):
+class FormulaError(OutcomeError, ValueError):
     """The formula's value is a spreadsheet error (#DIV/0!, #VALUE!, #NUM!)."""
 
 
