@@ -96,18 +96,7 @@ async def evaluate_policy(
     player = build_player(config.policy, sampling=sampling, context_window=config.context)
     observe = config.observe or default_observe(config.policy, player)
     tag = uuid.uuid4().hex[:6]
-    requests = [
-        RolloutRequest(
-            task_id=e.task_id,
-            group_id=f"eval-{tag}-{e.task_id}",
-            group_size=config.samples,
-            sample_index=i,
-            policy_version=0,
-            max_steps=config.max_steps,
-        )  # fmt: skip
-        for e in events
-        for i in range(config.samples)
-    ]
+    requests = _requests(config, events, tag)
     blobs = open_blob_store()
     rollout_config = RolloutConfig(
         desktops=config.desktops, group_id="rollout",
@@ -116,10 +105,7 @@ async def evaluate_policy(
     # The log is the evaluation's own: the services keep their usual names (and log files).
     judge_config = JudgeConfig(config.judge_version, config.incomplete_reward, "judge")
     if logs is not None:
-        folder = home_dir() / "evals" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{tag}"
-        logs.open(folder / "logs")
-        say(f"service logs: {quote(str(folder / 'logs'))}/<service>.log (warnings and errors "
-            "also here)")  # fmt: skip
+        _open_logs(logs, tag, say)
     async with private_log() as settings:
         published = await _publish(settings, events)
         how = f"{config.samples} samples each at temperature {config.temperature}"
@@ -156,6 +142,30 @@ async def evaluate_policy(
         )  # fmt: skip
         for r in rewards
     ]
+
+
+def _requests(config: EvalConfig, events: list[TaskEvent], tag: str) -> list[RolloutRequest]:
+    """One request per task and sample, each task's samples one group."""
+    return [
+        RolloutRequest(
+            task_id=e.task_id,
+            group_id=f"eval-{tag}-{e.task_id}",
+            group_size=config.samples,
+            sample_index=i,
+            policy_version=0,
+            max_steps=config.max_steps,
+        )  # fmt: skip
+        for e in events
+        for i in range(config.samples)
+    ]
+
+
+def _open_logs(logs: ServiceLogs, tag: str, say: Callable[[str], None]) -> None:
+    """The services' log files in a folder of the evaluation's own, and where it is."""
+    folder = home_dir() / "evals" / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{tag}"
+    logs.open(folder / "logs")
+    say(f"service logs: {quote(str(folder / 'logs'))}/<service>.log (warnings and errors "
+        "also here)")  # fmt: skip
 
 
 async def _rewards(
