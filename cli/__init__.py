@@ -1,4 +1,8 @@
-"""The `scalecua` command line: one entry point, one module of subcommands per area.
+"""The composition root: the `scalecua` command line, the one place that wires services together.
+
+One entry point, one module of subcommands per area; `up/` runs the whole loop in one
+process, `evaluation/` plays a policy on a log of its own. Nothing imports this package
+but its entry points (`scalecua`, `python -m cli`, `python -m runtime.cli`), tests and bench.
 
 Each area module exposes `register(subparsers)`, adds its commands with a handler in
 `func`, and imports heavy dependencies (torch, desktops) only inside its handlers so that
