@@ -146,6 +146,28 @@ def _who(data: bytes | None) -> str:
     return fields[2].decode(errors="replace") if len(fields) > 2 else ""
 
 
+def _election_consumer(
+    settings: BusSettings, role: str, assignor: _StickyLeader
+) -> AIOKafkaConsumer:
+    """A member of `role`'s election group, assigned by `assignor` (not started)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.bootstrap,
+        client_id=settings.client_id,
+        group_id=election_group(role),
+        enable_auto_commit=False,
+        auto_offset_reset="latest",
+        session_timeout_ms=settings.session_timeout_ms,
+        heartbeat_interval_ms=settings.heartbeat_interval_ms,
+        rebalance_timeout_ms=settings.rebalance_timeout_ms,
+        fetch_max_wait_ms=settings.fetch_max_wait_ms,
+        request_timeout_ms=settings.request_timeout_ms,
+        metadata_max_age_ms=settings.metadata_max_age_ms,
+        partition_assignment_strategy=(assignor,),
+    )
+    assignor.cluster = lambda: consumer._client.cluster
+    return consumer
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, service: SingletonService) -> None:
         self.service = service
@@ -208,7 +230,7 @@ class SingletonService:
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
-        consumer = self._consumer = self._election_consumer()
+        consumer = self._consumer = _election_consumer(self.settings, self.role, self._assignor)
         poll: asyncio.Task | None = None
         try:
             # Subscribed after start(), which would otherwise wait for the first assignment.
@@ -255,25 +277,6 @@ class SingletonService:
             raise self._failure
 
     # -- the election ------------------------------------------------------------------
-    def _election_consumer(self) -> AIOKafkaConsumer:
-        s = self.settings
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
-            client_id=s.client_id,
-            group_id=election_group(self.role),
-            enable_auto_commit=False,
-            auto_offset_reset="latest",
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_interval_ms,
-            rebalance_timeout_ms=s.rebalance_timeout_ms,
-            fetch_max_wait_ms=s.fetch_max_wait_ms,
-            request_timeout_ms=s.request_timeout_ms,
-            metadata_max_age_ms=s.metadata_max_age_ms,
-            partition_assignment_strategy=(self._assignor,),
-        )
-        self._assignor.cluster = lambda: consumer._client.cluster
-        return consumer
-
     async def _poll(self, consumer: AIOKafkaConsumer) -> None:
         """Keep polling (the partition is paused): aiokafka leaves a group whose consumer is
         not polled for a while."""
@@ -451,21 +454,7 @@ class RoleLease:
     async def join(self, timeout_s: float = 60.0) -> RoleLease:
         """Join the role's election and return once it says who holds the role."""
         s = self.settings
-        consumer = self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.bootstrap,
-            client_id=s.client_id,
-            group_id=election_group(self.role),
-            enable_auto_commit=False,
-            auto_offset_reset="latest",
-            session_timeout_ms=s.session_timeout_ms,
-            heartbeat_interval_ms=s.heartbeat_interval_ms,
-            rebalance_timeout_ms=s.rebalance_timeout_ms,
-            fetch_max_wait_ms=s.fetch_max_wait_ms,
-            request_timeout_ms=s.request_timeout_ms,
-            metadata_max_age_ms=s.metadata_max_age_ms,
-            partition_assignment_strategy=(self._assignor,),
-        )
-        self._assignor.cluster = lambda: consumer._client.cluster
+        consumer = self._consumer = _election_consumer(s, self.role, self._assignor)
         try:
             await _bounded(consumer.start(), s.connect_timeout_s, "connecting")
             consumer.subscribe([LEADERS], listener=_LeaseListener(self))
