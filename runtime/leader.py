@@ -168,6 +168,19 @@ def _election_consumer(
     return consumer
 
 
+async def _keep_polling(consumer: AIOKafkaConsumer, role: str) -> None:
+    """Poll an election member whose partition is paused, until cancelled: aiokafka leaves a
+    group whose consumer is not polled for a while."""
+    while True:
+        try:
+            await consumer.getmany(timeout_ms=1000)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a broker hiccup: the group protocol retries by itself
+            log.warning("%s: election poll failed: %s", role, exc)
+            await asyncio.sleep(1.0)
+
+
 class _Listener(ConsumerRebalanceListener):
     def __init__(self, service: SingletonService) -> None:
         self.service = service
@@ -238,7 +251,7 @@ class SingletonService:
             consumer.subscribe([LEADERS], listener=_Listener(self))
             log.info("%s: in the election (group %s); standby until elected", self.role,
                      election_group(self.role))  # fmt: skip
-            poll = asyncio.create_task(self._poll(consumer))
+            poll = asyncio.create_task(_keep_polling(consumer, self.role))
             while not self._stop.is_set():
                 waits = [asyncio.create_task(self._changed.wait())]
                 if self._task is not None:
@@ -277,18 +290,6 @@ class SingletonService:
             raise self._failure
 
     # -- the election ------------------------------------------------------------------
-    async def _poll(self, consumer: AIOKafkaConsumer) -> None:
-        """Keep polling (the partition is paused): aiokafka leaves a group whose consumer is
-        not polled for a while."""
-        while True:
-            try:
-                await consumer.getmany(timeout_ms=1000)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a broker hiccup: the group protocol retries by itself
-                log.warning("%s: election poll failed: %s", self.role, exc)
-                await asyncio.sleep(1.0)
-
     def _assigned(self, held: bool) -> None:
         if held and not self._assignor.claim:
             self._assignor.claim = int(time.time() * 1000)
@@ -458,7 +459,7 @@ class RoleLease:
         try:
             await _bounded(consumer.start(), s.connect_timeout_s, "connecting")
             consumer.subscribe([LEADERS], listener=_LeaseListener(self))
-            self._poll = asyncio.create_task(self._keep_polling(consumer))
+            self._poll = asyncio.create_task(_keep_polling(consumer, self.role))
             await _bounded(self._decided.wait(), timeout_s, f"the {self.role} election")
         except BaseException:
             await self.release()
@@ -502,17 +503,6 @@ class RoleLease:
             log.error("%s: the role went to another member (%s); this process stops acting",
                       self.role, self._assignor.holder)  # fmt: skip
             self.lost.set()
-
-    async def _keep_polling(self, consumer: AIOKafkaConsumer) -> None:
-        """Poll the paused partition: aiokafka leaves a group whose consumer is not polled."""
-        while True:
-            try:
-                await consumer.getmany(timeout_ms=1000)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # a broker hiccup: the group protocol retries by itself
-                log.warning("%s: election poll failed: %s", self.role, exc)
-                await asyncio.sleep(1.0)
 
 
 class _LeaseListener(ConsumerRebalanceListener):
