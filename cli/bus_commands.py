@@ -9,7 +9,7 @@ import sys
 
 from cli.settings import PORT, environment_value, integer, number
 
-__all__ = ["register"]
+__all__ = ["add_bootstrap", "register"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,7 +36,7 @@ def _add_topics(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("topics", help="list or create the registry's topics")
     tsub = p.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     t = tsub.add_parser("list", help="list registry topics and what the broker has")
-    _bootstrap_arg(t)
+    add_bootstrap(t)
     t.set_defaults(func=_topics_list)
     t = tsub.add_parser("create", help="create registry topics that do not exist yet")
     t.add_argument("names", nargs="*", help="topics to create (default: all)")
@@ -44,7 +44,7 @@ def _add_topics(subparsers: argparse._SubParsersAction) -> None:
         "--replication-factor", type=integer(1), default=None,
         help="replicas per partition (default: $SCALECUA_REPLICATION or 1; use 3 on a cluster)",
     )  # fmt: skip
-    _bootstrap_arg(t)
+    add_bootstrap(t)
     t.set_defaults(func=_topics_create)
 
 
@@ -59,7 +59,7 @@ def _add_tail(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="stop after S seconds with no record",
     )
-    _bootstrap_arg(p)
+    add_bootstrap(p)
     p.set_defaults(func=_tail)
 
 
@@ -72,7 +72,7 @@ def _add_produce(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--raw", action="store_true", help="write each stdin line as raw bytes, unvalidated"
     )
-    _bootstrap_arg(p)
+    add_bootstrap(p)
     p.set_defaults(func=_produce)
 
 
@@ -88,7 +88,7 @@ def _add_archive(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
     )
-    _bootstrap_arg(p)
+    add_bootstrap(p)
     p.set_defaults(func=_archive)
 
 
@@ -116,7 +116,7 @@ def _add_replay(subparsers: argparse._SubParsersAction) -> None:
         "--run", default=None,
         help="only this run (log incarnation; `latest` = the newest); default: every run",
     )  # fmt: skip
-    _bootstrap_arg(p)
+    add_bootstrap(p)
     p.set_defaults(func=_replay)
 
 
@@ -132,7 +132,8 @@ def _resume_args(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
-def _bootstrap_arg(p: argparse.ArgumentParser) -> None:
+def add_bootstrap(p: argparse.ArgumentParser) -> None:
+    """Add `--bootstrap` (the broker a service command talks to) to a command."""
     p.add_argument(
         "--bootstrap",
         default=None,

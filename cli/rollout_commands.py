@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from cli.bus_commands import add_bootstrap
 from cli.settings import PORT, integer, items, number
 from runtime.policy.prompts import VARIANTS
 
@@ -49,7 +50,7 @@ def _add_rollout(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
     )
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_rollout)
 
 
@@ -118,7 +119,7 @@ def _add_judge(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
     )
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_judge)
 
 
@@ -130,7 +131,7 @@ def _add_request(subparsers: argparse._SubParsersAction) -> None:
         "--max-steps", type=integer(1), default=50, help="turn limit per episode (paper: 50)"
     )
     p.add_argument("--group-id", default=None, help="group id (default: task id + random suffix)")
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_request)
 
 
@@ -147,7 +148,7 @@ def _add_rejudge(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--archive", default=None, help="read trajectories from this archive instead")
     p.add_argument("--run", default=None, help="with --archive: only this run")
     p.add_argument("--incomplete-reward", type=number(high=0), default=-0.2)
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_rejudge)
 
 
@@ -157,13 +158,6 @@ def add_desktops_kind(p: argparse.ArgumentParser) -> None:
         "--desktops-kind", default=None, choices=("native", "docker"),
         help="native (host namespaces, the default) | docker (a container each, from the image "
         "`bash infra/containers.sh images` builds; docs/desktops.md)",
-    )  # fmt: skip
-
-
-def _bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap", default=None,
-        help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)",
     )  # fmt: skip
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from cli.bus_commands import add_bootstrap
 from cli.settings import PORT, integer, number
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--metrics-port", type=integer(*PORT), default=None, help="serve Prometheus /metrics here"
     )
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_segment)
 
     p = subparsers.add_parser(
@@ -50,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _segment_args(p)
     p.add_argument("--archive", default=None, help="read this archive instead of the live log")
     p.add_argument("--run", default=None, help="with --archive: only this run")
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_resegment)
 
 
@@ -68,13 +69,6 @@ def _segment_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policy", default="tiny",
         help="whose tokenizer/processor rendered the rollouts (tiny | smollm2 | a model folder)",
-    )  # fmt: skip
-
-
-def _bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap", default=None,
-        help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)",
     )  # fmt: skip
 
 

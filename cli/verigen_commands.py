@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.bus_commands import add_bootstrap
 from cli.settings import PORT, integer, number
 
 __all__ = ["register"]
@@ -66,7 +67,7 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     _switch_args(p)
     _llm_args(p)
     _probe_args(p)
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_run)
 
 
@@ -79,7 +80,7 @@ def _add_worker(sub: argparse._SubParsersAction) -> None:
     )
     _llm_args(p)
     _probe_args(p)
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_worker)
 
 
@@ -106,7 +107,7 @@ def _add_augment(sub: argparse._SubParsersAction) -> None:
     _switch_args(p)
     _llm_args(p, required=False)
     _probe_args(p)
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_augment)
 
 
@@ -130,7 +131,7 @@ def _add_audit(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--filter", action="store_true",
                    help="re-publish flagged tasks of the topic under split `benchmark`")  # fmt: skip
     p.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
-    _bootstrap(p)
+    add_bootstrap(p)
     p.set_defaults(func=_audit)
 
 
@@ -151,11 +152,6 @@ def _help(parser: argparse.ArgumentParser):
 
 
 # -- option groups ------------------------------------------------------------------------
-def _bootstrap(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap", default=None,
-                   help="bootstrap servers (default: $SCALECUA_BOOTSTRAP or the embedded broker)")  # fmt: skip
-
-
 def _grow_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("what to grow")
     g.add_argument("--failed-below", type=number(0, 1), default=0.25,
