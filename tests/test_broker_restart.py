@@ -9,7 +9,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,9 +18,9 @@ from runtime.archive.store import ArchiveStore
 from runtime.broker import free_port
 from runtime.config import BusSettings
 from runtime.runs import current_run
+from tests.broker_process import SCALECUA, start_broker
 from tests.bus_reading import read_until
 
-SCALECUA = [sys.executable, "-m", "cli"]
 TASK = "terminal_write_greeting"
 
 pytestmark = pytest.mark.desktop
@@ -32,17 +31,6 @@ def _start(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
         [*SCALECUA, *argv], env=env, stdout=open(log, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
         start_new_session=True,
     )  # fmt: skip
-
-
-def _broker(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [*SCALECUA, "broker", "--port", str(port)], env=env, stdout=subprocess.PIPE,
-        stderr=open(log, "a"), text=True, start_new_session=True,  # noqa: SIM115
-    )  # fmt: skip
-    assert proc.stdout is not None
-    line = proc.stdout.readline().strip()
-    assert line == f"127.0.0.1:{port}", (proc.wait(10), log.read_text()[-3000:])
-    return proc
 
 
 def _cli(argv: list[str], env: dict[str, str]) -> None:
@@ -67,7 +55,7 @@ async def test_services_follow_a_restarted_broker_to_its_new_log(tmp_path: Path)
     env = {**os.environ, "SCALECUA_HOME": str(tmp_path), "SCALECUA_BOOTSTRAP": f"127.0.0.1:{port}"}
     env.pop("SCALECUA_CONFIG", None)
     settings = BusSettings(bootstrap=env["SCALECUA_BOOTSTRAP"])
-    broker = _broker(port, env, tmp_path / "broker.log")
+    broker = start_broker(port, env, tmp_path / "broker.log")
     services = {
         "rollout": ["rollout", "--policy", "scripted", "--desktops", "1"],
         "judge": ["judge"],
@@ -82,7 +70,7 @@ async def test_services_follow_a_restarted_broker_to_its_new_log(tmp_path: Path)
         os.killpg(broker.pid, signal.SIGKILL)  # kill -9: the in-memory log is gone
         broker.wait(10)
         await asyncio.sleep(2.0)  # the services notice the outage and retry
-        broker = _broker(port, env, tmp_path / "broker.log")
+        broker = start_broker(port, env, tmp_path / "broker.log")
         second_run = (await current_run(settings)).run_id
         assert second_run != first_run
 

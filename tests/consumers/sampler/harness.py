@@ -8,7 +8,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -16,11 +15,11 @@ from aiokafka.partitioner import murmur2
 
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
+from tests.broker_process import SCALECUA
 from tests.bus_reading import committed, read_until
 from topics.events import Reward, TaskStats
 from topics.registry import topic
 
-SCALECUA = [sys.executable, "-m", "cli"]
 JUDGE = "osworld-metrics-v1"
 
 

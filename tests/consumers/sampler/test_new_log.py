@@ -8,30 +8,20 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 from pathlib import Path
 
 from producers.task_import import publish_tasks
 from runtime.broker import free_port
 from runtime.config import BusSettings
 from runtime.runs import current_run
+from tests.broker_process import start_broker
 from tests.bus_reading import read_until
-from tests.consumers.sampler.harness import SCALECUA, SamplerProcess
+from tests.consumers.sampler.harness import SamplerProcess
 from topics.events import TaskEvent
 
 # One batch ahead of the trainer at most, and the trainer never steps here: the next batch
 # can only come once the batch that went with the old log no longer counts as ahead.
 ARGS = ("--batch", "2", "--n", "2", "--in-flight", "9", "--ahead", "1")
-
-
-def _broker(port: int, env: dict[str, str], log: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [*SCALECUA, "broker", "--port", str(port)], env=env, stdout=subprocess.PIPE,
-        stderr=open(log, "a"), text=True, start_new_session=True,  # noqa: SIM115
-    )  # fmt: skip
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == f"127.0.0.1:{port}", log.read_text()[-3000:]
-    return proc
 
 
 async def test_the_sampler_goes_on_with_its_pool_in_a_restarted_broker_s_new_log(
@@ -42,7 +32,7 @@ async def test_the_sampler_goes_on_with_its_pool_in_a_restarted_broker_s_new_log
            "PYTHONUNBUFFERED": "1"}  # fmt: skip
     env.pop("SCALECUA_CONFIG", None)
     settings = BusSettings(bootstrap=env["SCALECUA_BOOTSTRAP"])
-    broker = _broker(port, env, tmp_path / "broker.log")
+    broker = start_broker(port, env, tmp_path / "broker.log")
     sampler = None
     try:
         tasks = [f"t{i}" for i in range(4)]
@@ -55,7 +45,7 @@ async def test_the_sampler_goes_on_with_its_pool_in_a_restarted_broker_s_new_log
         os.killpg(broker.pid, signal.SIGKILL)  # the log, its tasks and batch 0 are gone
         broker.wait(10)
         await asyncio.sleep(2.0)
-        broker = _broker(port, env, tmp_path / "broker.log")
+        broker = start_broker(port, env, tmp_path / "broker.log")
         assert (await current_run(settings)).run_id != first_run
 
         second = await read_until(settings, "rollout-requests", lambda rs: len(rs) >= 4, 60)
