@@ -11,7 +11,7 @@ pixel bounds) decide how many `<|image_pad|>` tokens an image becomes.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ class PolicyProcessor:
     image_token: str = "<|image_pad|>"
     vision_start: str = "<|vision_start|>"
     vision_end: str = "<|vision_end|>"
+    # Ids of the texts every prompt repeats (system prompt, chat markers), filled by rendering.
+    fixed_ids: dict[str, tuple[int, ...]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_multimodal(self) -> bool:

@@ -1,0 +1,1 @@
+"""A load generator: simulated environments answering rollout requests from recordings."""
