@@ -57,9 +57,14 @@ SERVICE_GROUPS: dict[str, tuple[str, ...]] = {
     "trainer": ("segment-ready", "reward"),
 }
 
-# Trajectories whose steps are held while they have not finished: more than the episodes a
-# large fleet runs at once (the paper ran 600 environments).
+# Trajectories whose steps are held while they have not finished (the paper ran 600
+# environments at once). A larger fleet has more open at once than this: the ones already
+# followed are kept whole and newcomers wait for room (evicting the least recently stepped
+# would cut the early frames off every trajectory once more than this many run at once),
+# and one silent this long (by event time: abandoned, its completion never comes) makes room.
 _OPEN_TRAJECTORIES = 2048
+_OPEN_IDLE_MS = 15 * 60 * 1000
+_UNFOLLOWED = 65_536  # ids of trajectories not followed, remembered (a 60,000-environment fleet)
 _REWARD_MEMORY = 20_000  # trajectory -> score, for filmstrip entries whose reward comes later
 
 
@@ -171,6 +176,8 @@ class DashboardState:
         self._tasks: OrderedDict[str, TaskStats] = OrderedDict()  # oldest update first
         self._films: dict[str, _Film] = {}
         self._open: OrderedDict[str, dict[int, dict[str, Any]]] = OrderedDict()
+        self._open_seen: dict[str, int] = {}  # open trajectory -> its last step's event time
+        self._unfollowed: OrderedDict[str, None] = OrderedDict()  # turns not followed, newest last
         self._samples: list[OffsetSample] = []
         self._totals: dict[str, int] = {}  # topic -> records, when no live offsets exist
 
@@ -259,11 +266,12 @@ class DashboardState:
         self._touch("trainer", "summary")
 
     def _complete(self, event: TrajectoryComplete) -> None:
-        if event.trajectory_id in self._films:
-            return
+        if event.trajectory_id in self._films or event.trajectory_id in self._unfollowed:
+            return  # shown already, or its turns were not followed (a fleet past the bound)
         films = sorted(self._films.values(), key=lambda f: f.ts_ms)
         if len(films) >= self.config.trajectories and event.ts_ms <= films[0].ts_ms:
             self._open.pop(event.trajectory_id, None)
+            self._open_seen.pop(event.trajectory_id, None)
             return  # older than every trajectory shown (read out of order across partitions)
         score = self._scores.get(event.trajectory_id)
         self._films[event.trajectory_id] = _Film(
@@ -274,6 +282,7 @@ class DashboardState:
             frames=self._open.pop(event.trajectory_id, {}),
             score=score[0] if score else None, scored=score[1] if score else None,
         )  # fmt: skip
+        self._open_seen.pop(event.trajectory_id, None)
         for old in films[: max(0, len(films) + 1 - self.config.trajectories)]:
             del self._films[old.trajectory_id]
         self._touch("filmstrip")
@@ -292,13 +301,31 @@ class DashboardState:
             frames = film.frames
             self._touch("filmstrip")
         else:
-            frames = self._open.setdefault(event.trajectory_id, {})
+            frames = self._open.get(event.trajectory_id)
+            if frames is None:
+                if not self._room_for_one(event.ts_ms):
+                    self._unfollowed[event.trajectory_id] = None  # never shown: no frames
+                    while len(self._unfollowed) > _UNFOLLOWED:
+                        self._unfollowed.popitem(last=False)
+                    return
+                frames = self._open[event.trajectory_id] = {}
             self._open.move_to_end(event.trajectory_id)
-            while len(self._open) > _OPEN_TRAJECTORIES:
-                self._open.popitem(last=False)
+            self._open_seen[event.trajectory_id] = event.ts_ms
         frames[event.step] = frame
         while len(frames) > self.config.frames:
             del frames[min(frames)]
+
+    def _room_for_one(self, now_ms: int) -> bool:
+        """Whether one more open trajectory can be followed, dropping abandoned ones first."""
+        if len(self._open) < _OPEN_TRAJECTORIES:
+            return True
+        # The least recently stepped come first: drop those silent for too long.
+        for tid in list(self._open):
+            if now_ms - self._open_seen.get(tid, now_ms) <= _OPEN_IDLE_MS:
+                break
+            self._open.pop(tid)
+            self._open_seen.pop(tid, None)
+        return len(self._open) < _OPEN_TRAJECTORIES
 
     # -- output ---------------------------------------------------------------------------
 

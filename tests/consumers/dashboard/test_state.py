@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from consumers.dashboard.state import (
@@ -178,6 +179,28 @@ def test_frames_per_trajectory_are_capped_to_the_last_turns() -> None:
     state.apply("trajectory-complete", _complete("x", 1, steps=6))
     (film,) = state.panel("filmstrip")["trajectories"]
     assert [f["step"] for f in film["frames"]] == [3, 4, 5]
+
+
+def test_a_fleet_larger_than_the_followed_trajectories_shows_them_whole() -> None:
+    # 6,000 environments at once, their turns interleaved: every trajectory the filmstrip
+    # shows has all its turns, and the state holds at most the bound's trajectories.
+    state = DashboardState(DashboardConfig(trajectories=6))
+    envs, turns = 6000, 3
+    for step in range(turns):
+        for env in range(envs):
+            event = _step(f"e{env}", step)
+            state.apply("rollout-step", msgspec.structs.replace(event, ts_ms=1000 + step))
+    assert len(state._open) <= 2048
+    for env in range(envs):
+        state.apply("trajectory-complete", _complete(f"e{env}", 2000 + env, steps=turns))
+    films = state.panel("filmstrip")["trajectories"]
+    assert len(films) == 6 and all(len(f["frames"]) == turns for f in films)
+    # One silent past the bound (abandoned) makes room for a newcomer.
+    for env in range(2048):
+        state.apply("rollout-step", msgspec.structs.replace(_step(f"n{env}", 0), ts_ms=5000))
+    late = msgspec.structs.replace(_step("late", 0), ts_ms=5000 + 16 * 60 * 1000)
+    state.apply("rollout-step", late)
+    assert "late" in state._open
 
 
 def test_action_labels() -> None:
