@@ -208,7 +208,10 @@ def _archive(args: argparse.Namespace) -> int:
         os.makedirs(args.dir, exist_ok=True)
     settings = BusSettings.from_env(args.bootstrap)
     runner = ServiceRunner(
-        Archiver(config, run_resolver(settings)), settings, metrics_interval_s=10
+        Archiver(config, run_resolver(settings)),
+        settings,
+        metrics_interval_s=10,
+        metrics_port=args.metrics_port,
     )
     print(f"archiving {len(names)} topics to {args.dir} (group {args.group})", file=sys.stderr)
     return _run(runner.run())

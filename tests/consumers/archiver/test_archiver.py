@@ -4,11 +4,14 @@ scaling and takeover, dead-letters for garbage, and replay from the archive and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -262,3 +265,26 @@ async def test_archive_to_s3_and_replay_from_it(
                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
     assert res.returncode == 0, res.stderr
     assert pq.read_table(out).num_rows == 300
+
+
+async def test_the_archiver_serves_its_metrics_where_asked(
+    tmp_path: Path, bus_settings: BusSettings, cli_env: dict[str, str]
+) -> None:
+    # `--metrics-port` was accepted and ignored: a fleet's operator scraped nothing.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = _spawn(tmp_path / "archive", cli_env, tmp_path / "a.log", "--metrics-port", str(port))
+    try:
+        await _produce_steps(bus_settings, 0, 20)
+        deadline, consumed = time.monotonic() + 60, 0.0
+        while consumed < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(OSError):
+                text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                for line in text.decode().splitlines():
+                    if line.startswith('scalecua_consumed_total{service="archiver"}'):
+                        consumed = float(line.rsplit(" ", 1)[1])
+    finally:
+        _stop(proc)
+    assert consumed >= 20
