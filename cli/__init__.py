@@ -40,6 +40,7 @@ _AREAS = (
     "cli.up_commands",
     "cli.eval_commands",
     "cli.dashboard_commands",
+    "cli.trace_commands",
     "cli.fleet_commands",
     "cli.verigen_commands",
     "cli.settings.show",

@@ -20,6 +20,7 @@ from runtime.broker import EmbeddedBroker
 from runtime.bus import EventProducer
 from runtime.config import BusSettings
 from tests.bus_reading import read_records
+from tests.cli.test_trace import check_a_real_run
 from tests.consumers.dashboard.harness import CHROMIUM, CHROMIUM_ARGS, until
 from topics.events import Event, PolicyUpdate, Reward, RunStarted, TaskEvent, TrajectoryComplete
 
@@ -114,6 +115,8 @@ async def test_up_runs_the_rl_loop_and_leaves_a_replayable_archive(tmp_path: Pat
     assert {s["task_id"] for s in tables["task-stats"]} == set(TASKS)
     versions = sorted(u["policy_version"] for u in tables["policy-updates"])
     assert versions[-3:] == [1, 2, 3]
+    # `scalecua trace` follows one of its trained trajectories through every stage (issue 34).
+    check_a_real_run(str(archive), summary["run"], env)
     # The worker followed the trainer: some episodes were played by a trained policy.
     assert max(r["policy_version"] for r in rewards) >= 1
     checkpoint = Path(summary["checkpoint"].removeprefix("file://"))

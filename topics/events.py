@@ -374,6 +374,10 @@ class PolicyUpdate(Event, frozen=True, kw_only=True):
     policy_version: int
     checkpoint_uri: str
     metrics: dict[str, float] = {}
+    # What the step trained (empty on a re-announcement after a restart, and from older
+    # trainers): its groups, and the advantage each trained trajectory got in its group.
+    groups: list[str] = []
+    advantages: dict[str, float] = {}
 
     def __post_init__(self) -> None:
         _require(

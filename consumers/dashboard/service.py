@@ -10,7 +10,8 @@ Run by `scalecua dashboard` (cli/dashboard_commands.py); `scalecua up` serves it
 Routes: `/` the page, `/events` the panels as server-sent events (each event named after
 its panel, sent again whenever the panel changes), `/api/panels` all panels as one JSON
 document, `/api/runs` the runs one can open, `/blob/sha256:...?w=320` a screenshot from
-the blob store (shrunk to `w` pixels wide as JPEG; content-addressed, so cached forever).
+the blob store (shrunk to `w` pixels wide as JPEG; content-addressed, so cached forever);
+`/trajectory` one trajectory's page and the latency panel's data (consumers/dashboard/traces.py).
 The chart library is Chart.js from `web/node_modules` (installed by `npm ci`, never fetched
 from a CDN); without it the page says how to install it.
 """
@@ -39,6 +40,7 @@ from consumers.dashboard.archive import load_archived_run, resolve_run
 from consumers.dashboard.follow import LogFollower
 from consumers.dashboard.state import PANELS, DashboardConfig, DashboardState
 from consumers.dashboard.thumbnails import thumbnail_routes
+from consumers.dashboard.traces import TraceReader, trace_routes
 from runtime.addresses import is_loopback
 from runtime.archive.store import ArchiveStore
 from runtime.blobstore import BlobStore, open_blob_store
@@ -60,7 +62,9 @@ log = logging.getLogger(__name__)
 
 WEB = Path(__file__).resolve().parent / "web"
 CHART_JS = WEB / "node_modules" / "chart.js" / "dist" / "chart.umd.min.js"
-_ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+_ASSETS = {"dashboard.js": "text/javascript", "dashboard.css": "text/css",
+           "trajectory.js": "text/javascript", "trajectory.css": "text/css",
+           "latency.js": "text/javascript"}  # fmt: skip
 # The page loads nothing from elsewhere: a CDN reference would be blocked and show up.
 _CSP = "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'"
 _ARCHIVED_RUNS_KEPT = 4
@@ -162,6 +166,7 @@ def create_app(
             *_page_routes(),
             *_panel_routes(source, closing, interval_s),
             *thumbnail_routes(blobs),
+            *trace_routes(TraceReader.of(source), _CSP),
             *_health_routes(source),
         ],
     )

@@ -494,6 +494,9 @@ class Trainer(Processor):
         self._outbox.append(
             Output("policy-updates", PolicyUpdate(
                 policy_version=job.version, checkpoint_uri=job.uri, metrics=job.metrics,
+                groups=sorted(g.group_id for g in job.groups),
+                advantages={s.trajectory_id: s.advantage for p in job.plans for s in p.samples}
+                if self.config.plan.objective == "grpo" else {},  # SFT has no advantages
             ))
         )  # fmt: skip
         line = {"service": self.name, "step": job.version, **rounded(job.metrics)}

@@ -235,7 +235,7 @@
       const cell = (v, cls = "num") => el("td", { class: cls + (v === "–" ? " none" : ""), text: v });
       body.append(
         el("tr", { dataset: { task: r.task_id } },
-          el("td", { class: "task", text: r.task_id, title: r.task_id }),
+          el("td", { class: "task", title: r.task_id }, el("a", { href: "/trajectory?q=" + encodeURIComponent(r.task_id) + (run ? "&run=" + encodeURIComponent(run) : ""), text: r.task_id })),
           el("td", { class: "num ema" + (r.in_band ? " in-band" : "") + (r.ema === null ? " none" : ""), text: r.ema === null ? "–" : fmt(r.ema, 3), dataset: { value: r.ema === null ? "" : r.ema } }),
           cell(fmt(r.initial, 3)), cell(int(r.attempts)), cell(int(r.rollouts)), cell(int(r.successes)),
           cell(fmt(r.last_score, 3)), cell(fmt(r.weight, 3)),
@@ -278,7 +278,7 @@
     const head = el("div", { class: "film-head" },
       el("span", { class: "task", text: t.task_id || "(no task)" }), badge,
       el("span", { class: "meta", text: t.status + " · " + plural(t.num_steps, "step") + " · v" + t.policy_version + " · " + fmt(t.seconds, 1) + " s" + (t.error ? " · " + t.error : "") }),
-      el("span", { class: "tid", text: t.trajectory_id }));
+      el("a", { class: "tid", href: "/trajectory?id=" + encodeURIComponent(t.trajectory_id) + (run ? "&run=" + encodeURIComponent(run) : ""), text: t.trajectory_id }));
     const frames = el("div", { class: "frames" });
     for (const f of t.frames) {
       frames.append(el("div", { class: "frame", dataset: { step: f.step } },

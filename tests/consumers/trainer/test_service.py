@@ -67,6 +67,9 @@ async def test_the_trainer_trains_complete_groups_and_announces_a_loadable_check
     update = records[0].event
     assert isinstance(update, PolicyUpdate) and update.policy_version == 1
     assert update.checkpoint_uri == str(tmp_path / "ckpt" / "v000001")
+    # It names what it trained (for `scalecua trace`): both groups, each scored rollout's advantage.
+    assert update.groups == ["ga", "gb"]
+    assert sorted(round(a, 3) for a in update.advantages.values()) == [-0.707] * 2 + [0.707] * 2
     for key in (
         "loss",
         "kl",
