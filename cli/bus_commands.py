@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 
-from cli.settings import PORT, environment_value, integer, number
+from cli.settings import PORT, Kind, environment_value, integer, number
+from runtime.addresses import listen_address, parse_address
 
 __all__ = ["add_bootstrap", "register"]
 
@@ -18,9 +20,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         add(subparsers)
 
 
+def _listen_address(value: object, text: bool) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    address = listen_address(value)
+    if ":" in address:  # see EmbeddedBroker: Tansu advertises IPv6 in a form clients cannot dial
+        raise ValueError(value)
+    return address
+
+
+def _advertised_host(value: object, text: bool) -> str:
+    if not isinstance(value, str):
+        raise TypeError(value)
+    address = parse_address(value)
+    if address is None and _HOST_NAME.fullmatch(value):
+        return value
+    if address is not None and address.version == 4 and not address.is_unspecified:
+        return str(address)
+    raise ValueError(value)
+
+
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+# Where the broker listens: one interface (docs/deploy.md, "Hosts apart"), never all of them.
+_LISTEN = Kind("one IPv4 address of this host's interfaces (not 0.0.0.0)", _listen_address)
+_ADVERTISE = Kind("a host name or IPv4 address, without a port", _advertised_host)
+
+
 def _add_broker(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "broker", help="run the embedded Kafka-compatible broker on 127.0.0.1"
+        "broker", help="run the embedded Kafka-compatible broker (on 127.0.0.1 unless --listen)"
     )
     p.add_argument(
         "--port",
@@ -28,6 +56,15 @@ def _add_broker(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="listen port (default: 9092, else a free one)",
     )
+    p.add_argument(
+        "--listen", type=_LISTEN, default="127.0.0.1", metavar="ADDRESS",
+        help="the one address to listen on: 127.0.0.1 (default), or the address of the "
+        "interface other hosts reach this one by (it has no authentication: a private network)",
+    )  # fmt: skip
+    p.add_argument(
+        "--advertise", type=_ADVERTISE, default=None, metavar="HOST",
+        help="the host name or address clients are told to connect to (default: --listen)",
+    )  # fmt: skip
     _resume_args(p)
     p.set_defaults(func=_broker)
 
@@ -154,7 +191,8 @@ def _run(coro) -> int:  # noqa: ANN001 - a coroutine returning an exit code
 def _broker(args: argparse.Namespace) -> int:
     from cli.bus_tools import run_broker
 
-    return _run(run_broker(args.port, args.resume, args.resume_archive))
+    return _run(run_broker(args.port, args.resume, args.resume_archive,
+                           host=args.listen, advertise=args.advertise))  # fmt: skip
 
 
 def _topics_list(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from typing import BinaryIO
 import msgspec
 import orjson
 
+from runtime.addresses import is_loopback
 from runtime.broker import EmbeddedBroker, create_topics, default_port
 from runtime.bus import EventConsumer, EventProducer
 from runtime.config import BusSettings, broker_state_file, resolve_bootstrap
@@ -37,17 +38,25 @@ def _err(msg: str) -> None:
 
 
 async def start_embedded(
-    port: int | None, resume: str | None, archive: str | None
+    port: int | None,
+    resume: str | None,
+    archive: str | None,
+    *,
+    host: str = "127.0.0.1",
+    advertise: str | None = None,
 ) -> tuple[EmbeddedBroker, dict[str, int]]:
     """Start the embedded broker as a new run, or as the resumption of an archived run.
 
     `resume` is a run id of the archive, or "latest"; the log is re-seeded from it before
-    the new run is recorded (see runtime/runs.py). Returns the broker and the counts seeded.
+    the new run is recorded (see runtime/runs.py). `host` is the address it listens on,
+    `advertise` the name clients dial (default `host`). Returns the broker and the counts seeded.
     """
     from runtime.config import home_dir
     from runtime.runs import ensure_run, reseed_from_archive
 
-    broker = EmbeddedBroker(port if port is not None else default_port())
+    broker = EmbeddedBroker(
+        port if port is not None else default_port(host), host=host, advertise=advertise
+    )
     await broker.start(record_run=resume is None)
     if resume is None:
         return broker, {}
@@ -68,15 +77,23 @@ async def start_embedded(
 
 
 async def run_broker(
-    port: int | None, resume: str | None = None, archive: str | None = None
+    port: int | None,
+    resume: str | None = None,
+    archive: str | None = None,
+    *,
+    host: str = "127.0.0.1",
+    advertise: str | None = None,
 ) -> int:
     """Run the embedded broker until SIGINT/SIGTERM, recording its address for other commands."""
     state = broker_state_file()  # a home it cannot write to stops it before the broker starts
-    broker, _ = await start_embedded(port, resume, archive)
+    broker, _ = await start_embedded(port, resume, archive, host=host, advertise=advertise)
     state.write_bytes(orjson.dumps({"bootstrap": broker.bootstrap, "pid": os.getpid()}))
     print(broker.bootstrap, flush=True)
     _err(f"broker ready at {broker.bootstrap} with {len(TOPICS)} topics, run {broker.run_id}; "
          f"export SCALECUA_BOOTSTRAP={broker.bootstrap} (Ctrl-C stops it)")  # fmt: skip
+    if not is_loopback(host):
+        _err(f"broker: listening on {broker.listen}: it has no authentication, so whoever "
+             "reaches that address can read and write the log; keep it on a private network")  # fmt: skip
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

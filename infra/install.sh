@@ -46,6 +46,10 @@ APT_PACKAGES+=(
 if [ "$CONTAINERS" -eq 1 ]; then
   APT_PACKAGES+=(docker.io mmdebstrap)
 fi
+# Tests: the hosts-apart test builds a network of its own from namespaces (`ip`, `ss`).
+if [ "$DEV" -eq 1 ]; then
+  APT_PACKAGES+=(iproute2)
+fi
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

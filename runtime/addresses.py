@@ -5,6 +5,9 @@ kept to loopback, and for the one way out of a desktop (the browser's gateway).
 address is globally routable, and no form of it (an IPv4 address inside IPv6: mapped,
 compatible, 6to4, Teredo, NAT64) names loopback, a private or link-local network, a
 multicast group or an address of this host's own interfaces.
+
+`listen_address` is the rule for where a service listens: 127.0.0.1 unless a deploy names
+the one interface it serves on (docs/deploy.md, "Hosts apart"), never every interface.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ __all__ = [
     "host_addresses",
     "is_loopback",
     "is_public",
+    "listen_address",
     "parse_address",
     "LOOPBACK_NAMES",
 ]
@@ -49,6 +53,22 @@ def parse_address(text: str) -> IPAddress | None:
         return ipaddress.ip_address(text.strip("[]").split("%")[0])
     except ValueError:
         return None
+
+
+def listen_address(text: str) -> str:
+    """`text` as the one address a service may listen on; ValueError if it is not one.
+
+    One interface's IP address (loopback or the address a deploy gives a host), written
+    plainly: not a host name, not 0.0.0.0 or :: (every interface), not multicast.
+    """
+    address = parse_address(text.strip())
+    if address is None or "%" in text:
+        raise ValueError(f"{text!r} is not a plain IP address (listen on one interface's address)")
+    if address.is_unspecified:
+        raise ValueError(f"{text} means every interface: name the one interface to listen on")
+    if address.is_multicast:
+        raise ValueError(f"{text} is a multicast group, not an interface's address")
+    return str(address)
 
 
 def _embedded(address: IPAddress) -> list[IPAddress]:

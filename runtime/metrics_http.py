@@ -1,5 +1,8 @@
 """A Prometheus endpoint per service (`GET /metrics` on 127.0.0.1 by default), via prometheus-client.
 
+Across hosts, `$SCALECUA_METRICS_HOST` names the one interface every service of a host serves
+its endpoint on instead (runtime/config.py; docs/deploy.md, "Hosts apart").
+
 Each service runner has its own registry, so several services in one process (`scalecua
 up`) expose separate endpoints. The runner's counters are read at scrape time (events in
 and out, dead letters, duplicates, retries, rebalances, commits), its lag and uptime are
@@ -15,6 +18,8 @@ from collections.abc import Callable, Iterator
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from runtime.config import metrics_host
 
 __all__ = ["ServiceMetricsExporter", "MetricsServer", "COUNTERS"]
 
@@ -68,9 +73,10 @@ class MetricsServer:
     """Serves one exporter over HTTP until stopped."""
 
     def __init__(
-        self, exporter: ServiceMetricsExporter, port: int, host: str = "127.0.0.1"
+        self, exporter: ServiceMetricsExporter, port: int, host: str | None = None
     ) -> None:
-        self.exporter, self.port, self.host = exporter, port, host
+        # None: $SCALECUA_METRICS_HOST, else 127.0.0.1
+        self.exporter, self.port, self.host = exporter, port, host or metrics_host()
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> MetricsServer:

@@ -165,6 +165,13 @@ def _local_under(uri: str, root: str) -> Path:
     base = _local_path(root).resolve()
     try:
         folder = _local_path(uri).resolve(strict=True)
+    except FileNotFoundError:
+        # The usual cause across hosts: the trainer wrote it to a folder of its own host.
+        raise PolicyError(
+            f"{uri} is not a complete checkpoint (no such folder on this host: a trainer on "
+            "another host must write where its workers read, SCALECUA_CHECKPOINTS=s3://... or "
+            "a shared folder)"
+        ) from None
     except (OSError, RuntimeError) as exc:
         raise PolicyError(f"{uri} is not a complete checkpoint ({exc})") from None
     if folder == base or not folder.is_relative_to(base):

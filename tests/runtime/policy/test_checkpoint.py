@@ -66,6 +66,14 @@ def test_a_local_checkpoint_is_adopted_only_from_under_the_root(tmp_path: Path) 
         _adopt("/nonexistent", 1, root)
 
 
+def test_a_checkpoint_on_another_host_s_disk_is_refused_with_the_cure(tmp_path: Path) -> None:
+    """Hosts apart (issue 32): a trainer whose root is a folder of its own host announces a
+    path the worker's host does not have; the refusal says what the deploy is missing."""
+    root = str(tmp_path / "ckpt")
+    with pytest.raises(PolicyError, match="no such folder on this host.*SCALECUA_CHECKPOINTS"):
+        _adopt(f"file://{root}/v000001", 1, root)
+
+
 def test_a_local_checkpoint_checked_by_hash_refuses_changed_and_extra_files(
     tmp_path: Path,
 ) -> None:
