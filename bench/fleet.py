@@ -136,28 +136,33 @@ class Proc:
     popen: subprocess.Popen
     metrics_port: int | None = None
 
-    def cpu_s(self) -> float:
-        """CPU seconds used so far by the process and its descendants (the broker's Tansu)."""
+    def tree(self) -> list[int]:
+        """The process and its descendants (the broker command runs Tansu as a child)."""
         stats = _proc_stats()
         children: dict[int, list[int]] = {}
         for pid, (ppid, _) in stats.items():
             children.setdefault(ppid, []).append(pid)
-        total, todo = 0, [self.popen.pid]
+        out, todo = [], [self.popen.pid]
         while todo:
             pid = todo.pop()
-            total += stats.get(pid, (0, 0))[1]
+            out.append(pid)
             todo += children.get(pid, [])
-        return total / os.sysconf("SC_CLK_TCK")
+        return out
+
+    def cpu_s(self) -> float:
+        """CPU seconds used so far by the process tree."""
+        stats = _proc_stats()
+        return sum(stats.get(pid, (0, 0))[1] for pid in self.tree()) / os.sysconf("SC_CLK_TCK")
 
     def rss_mib(self) -> float:
-        """Resident memory in MiB."""
-        try:
-            for line in Path(f"/proc/{self.popen.pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-        except OSError:
-            pass
-        return 0.0
+        """Resident memory of the process tree in MiB."""
+        total = 0
+        for pid in self.tree():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        return total / 1024
 
     def metrics(self) -> dict[str, float]:
         """The service's Prometheus gauges and counters by name (without `scalecua_`)."""
@@ -171,7 +176,7 @@ class Proc:
         out: dict[str, float] = {}
         for line in text.splitlines():
             if line.startswith("scalecua_") and "{" in line:
-                name = line[len("scalecua_") : line.index("{")]
+                name = line[len("scalecua_") : line.index("{")].removesuffix("_total")
                 with contextlib.suppress(ValueError):
                     out[name] = float(line.rsplit(" ", 1)[1])
         return out
@@ -191,6 +196,19 @@ class Stack:
         }  # fmt: skip
         self.procs: list[Proc] = []
         self.broker: Proc | None = None
+        self.dashboard_port: int | None = None
+
+    def dashboard_ms(self) -> float | None:
+        """Time to fetch every panel of the dashboard (its page's first request), in ms."""
+        if self.dashboard_port is None:
+            return None
+        t0 = time.perf_counter()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{self.dashboard_port}/api/panels",
+                                   timeout=10).read()  # fmt: skip
+        except OSError:
+            return None
+        return (time.perf_counter() - t0) * 1000
 
     @property
     def settings(self) -> BusSettings:
@@ -243,6 +261,21 @@ class Stack:
             self.stop(proc)
         if self.broker is not None:
             self.stop(self.broker)
+
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """Wait until every service serves metrics from a consumer group with partitions."""
+        deadline = time.monotonic() + timeout
+        for proc in self.procs:
+            while proc.metrics_port is not None and proc.metrics().get("rebalances", 0) < 1:
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{proc.name} was not ready in {timeout:g} s")
+                time.sleep(0.5)
+        while self.dashboard_port is not None and self.dashboard_ms() is None:
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dashboard was not ready in {timeout:g} s")
+            time.sleep(0.5)
 
     def check_alive(self) -> None:
         """Raise if a service died."""
@@ -325,10 +358,12 @@ class Point:
     bounded: bool = False
     lag: dict[str, tuple[float, float]] = field(default_factory=dict)  # first, last third
     cpu: dict[str, float] = field(default_factory=dict)  # cores per service
+    rss_mib: dict[str, int] = field(default_factory=dict)  # resident memory at the window's end
     p50_segment_s: float | None = None
     p99_segment_s: float | None = None
     p50_reward_s: float | None = None
     p99_reward_s: float | None = None
+    dashboard_p99_ms: float | None = None  # GET /api/panels, once a second
 
 
 def _services(stack: Stack) -> list[Proc]:
@@ -346,15 +381,20 @@ def measure(stack: Stack, feeder: Feeder, point: Point, settings: Settings) -> P
     t0 = time.monotonic()
     point.start_ms = time.time_ns() // 1_000_000
     samples: dict[str, list[float]] = {p.name: [] for p in _services(stack)}
+    dashboard: list[float] = []
     while time.monotonic() - t0 < settings.window_s:
         for p in _services(stack):
             if (lag := p.metrics().get("lag")) is not None:
                 samples[p.name].append(lag)
+        if (ms := stack.dashboard_ms()) is not None:
+            dashboard.append(ms)
         time.sleep(1.0)
+    point.dashboard_p99_ms = _quantile(sorted(dashboard), 0.99)
     elapsed = time.monotonic() - t0
     point.end_ms = time.time_ns() // 1_000_000
     point.sustained = (feeder.fleet.metrics().get("steps_written", 0.0) - steps0) / elapsed
     point.cpu = {p.name: (p.cpu_s() - cpu0[p.name]) / elapsed for p in procs}
+    point.rss_mib = {p.name: round(p.rss_mib()) for p in procs}
     allowance = 2.0 * point.offered
     point.bounded = point.sustained >= 0.9 * point.offered
     for name, lags in samples.items():
@@ -470,6 +510,7 @@ def trainer_bound(stack: Stack, settings: Settings, policy: str) -> dict:
                           "--in-flight", "2", "--ahead", "2")  # fmt: skip
     trainer = stack.start("trainer", "train", "--policy", policy, "--batch-groups", "2",
                           "--threads", "1")  # fmt: skip
+    stack.wait_ready()
     rows = []
     t0 = time.monotonic()
     while time.monotonic() - t0 < settings.trainer_s:
@@ -520,11 +561,13 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
         stack.start_broker()
         stack.start("archiver", "archive", "--dir", str(home / "archive"), "--max-age", "2")
         stack.start("sampler", "sample", "--max-batches", "0")
-        stack.start("dashboard", "dashboard", "--port", "0", metrics=False)
+        stack.dashboard_port = _free_port()
+        stack.start("dashboard", "dashboard", "--port", str(stack.dashboard_port), metrics=False)
         most = int(max(settings.multiples) * PAPER_STEPS_PER_S * turn) + 1
         fleet = stack.start("fleet", "fleet", "--archive", str(recording / "archive"), "--run",
                             run_id, "--environments", str(most), "--compression",
                             str(settings.compression))  # fmt: skip
+        stack.wait_ready()
         feeder = Feeder(stack.settings, recordings.tasks(), fleet)
         stop = asyncio.Event()
         loop = asyncio.new_event_loop()
@@ -535,6 +578,7 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
         multiple = next(rates)
         for members in settings.members:
             add_members(stack, policy, members)
+            stack.wait_ready()
             best = 0.0
             while multiple is not None:
                 offered = multiple * PAPER_STEPS_PER_S
@@ -592,7 +636,8 @@ def _point_line(p: Point) -> str:
     return (f"  members {p.members}: offered {p.offered:7.1f} steps/s ({p.environments} envs), "
             f"sustained {p.sustained:7.1f}, {'bounded' if p.bounded else 'GROWING'} "
             f"(worst lag {worst[0]} {worst[1][0]:.0f} -> {worst[1][1]:.0f}), "
-            f"cores {sum(v for k, v in p.cpu.items() if k != 'fleet'):.2f}")  # fmt: skip
+            f"cores {sum(v for k, v in p.cpu.items() if k != 'fleet'):.2f}, "
+            f"dashboard p99 {_f(p.dashboard_p99_ms)} ms")  # fmt: skip
 
 
 def print_tables(out: dict) -> None:
@@ -607,9 +652,9 @@ def print_tables(out: dict) -> None:
               f"{_f(p['p50_reward_s'])}/{_f(p['p99_reward_s'])}{'':17}{cores:.2f}")  # fmt: skip
     paper = next((p for p in out["points"] if abs(p["offered"] - PAPER_STEPS_PER_S) < 1), None)
     if paper:
-        print("\ncores per service at the paper's rate:")
+        print("\nat the paper's rate:   cores   RSS MiB")
         for name, cores in sorted(paper["cpu"].items()):
-            print(f"  {name:14s} {cores:.3f}")
+            print(f"  {name:18s} {cores:6.3f}  {paper['rss_mib'].get(name, 0):7d}")
     b = out["bytes_per_step"]
     print(f"\nbytes per step: log {b['log']:.0f}, blob store {b['blobs']:.0f} "
           f"({b['turns_per_trajectory']:.1f} turns per trajectory)")  # fmt: skip
