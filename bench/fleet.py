@@ -69,8 +69,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from producers.fleet.replay import PAPER_TURN_S, Recordings  # noqa: E402
 from producers.fleet.service import load_recordings  # noqa: E402
 from producers.rollout_requests import publish_requests, request_group  # noqa: E402
+from producers.task_import import builtin_task_events, publish_tasks  # noqa: E402
 from runtime.archive.layout import table_to_events  # noqa: E402
 from runtime.blobstore import open_blob_store  # noqa: E402
+from runtime.broker import create_topics  # noqa: E402
 from runtime.bus import EventProducer  # noqa: E402
 from runtime.config import BusSettings  # noqa: E402
 from runtime.replay import read_archive  # noqa: E402
@@ -105,7 +107,7 @@ class Settings:
 
 
 FULL = Settings(20.0, 60.0, (1, 2, 4, 8, 10, 16, 24), (1, 2, 4), 10.0, 180.0, "tiny", 12, 2)
-QUICK = Settings(4.0, 8.0, (1, 10), (1,), 10.0, 0.0, "scripted", 8, 1)
+QUICK = Settings(3.0, 6.0, (1, 10), (1,), 10.0, 0.0, "scripted", 8, 1)
 
 
 # -- processes -------------------------------------------------------------------------
@@ -237,10 +239,13 @@ class Stack:
             ):
                 break
             time.sleep(0.1)
-        subprocess.run([*SCALECUA, "topics", "create"], env=self.env, cwd=ROOT, check=True,
-                       capture_output=True)  # fmt: skip
-        subprocess.run([*SCALECUA, "tasks", "import", "--builtin"], env=self.env, cwd=ROOT,
-                       check=True, capture_output=True)  # fmt: skip
+        asyncio.run(self._topics_and_tasks())
+
+    async def _topics_and_tasks(self) -> None:
+        # What `scalecua topics create` and `tasks import --builtin` do, without two
+        # interpreters' start-up.
+        await create_topics(self.settings.bootstrap)
+        await publish_tasks(self.settings, builtin_task_events())
 
     def stop(self, proc: Proc, timeout: float = 30.0) -> None:
         """Stop one process cleanly (SIGINT, then SIGKILL after `timeout`)."""
@@ -256,8 +261,13 @@ class Stack:
             self.procs.remove(proc)
 
     def close(self) -> None:
-        """Stop every process, the broker last."""
-        for proc in [p for p in self.procs if p is not self.broker]:
+        """Stop every process (all at once), the broker last."""
+        services = [p for p in self.procs if p is not self.broker]
+        for proc in services:
+            if proc.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.popen.pid, signal.SIGINT)
+        for proc in services:
             self.stop(proc)
         if self.broker is not None:
             self.stop(self.broker)
@@ -592,14 +602,14 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
                 multiple = next(rates, None)
             scaling[members] = round(best, 1)
         feeder.target = 0
-        time.sleep(turn * recordings.steps_per_trajectory() + 5)  # the last episodes end
+        time.sleep(turn * recordings.steps_per_trajectory() * 1.3 + 1)  # the last episodes end
         _drain(stack, timeout=120)
         if settings.trainer_s:
             feeder.target = 0
             out["trainer_bound"] = trainer_bound(stack, settings, policy)
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
-        time.sleep(4)  # the archiver's last roll
+        time.sleep(3)  # the archiver's last roll (every 2 s)
     finally:
         stack.close()
     accounting = account(str(home / "archive"), points)
@@ -685,6 +695,8 @@ def main() -> int:
     parser.add_argument("--members", type=int, nargs="+", help="judge+segmenter members in turn")
     parser.add_argument("--no-trainer", action="store_true", help="skip the trainer-bound run")
     args = parser.parse_args()
+    # A SIGTERM (`timeout`) must still stop the services: they run in sessions of their own.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     settings = QUICK if args.quick else FULL
     settings = Settings(
         settings.warmup_s, args.window or settings.window_s,
