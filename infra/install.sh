@@ -38,6 +38,7 @@ APT_PACKAGES+=(
   xdg-utils jq unzip xsel
   python3-uno   # tests edit a running Calc through UNO (as its menus would) before it saves
   libglib2.0-bin gsettings-desktop-schemas dconf-gsettings-backend   # gsettings, as on the VM
+  tesseract-ocr tesseract-ocr-eng   # OCR and its English model: the compare_image_text metric
 )
 
 # Containers (infra/containers.sh, Docker desktops, their tests): the engine, and mmdebstrap for

@@ -18,6 +18,7 @@ from runtime.envs.tasks.metrics import (
     general,
     gimp,
     images,
+    ocr,
     pdf,
     settings,
     slides,
@@ -46,6 +47,7 @@ METRICS: dict[str, Callable[..., float]] = {
     **vlc.METRICS,
     **audio.METRICS,
     **docs.METRICS,
+    **ocr.METRICS,
     **writer.METRICS,
     **slides.METRICS,
     **pdf.METRICS,
@@ -53,9 +55,10 @@ METRICS: dict[str, Callable[..., float]] = {
     **chrome.METRICS,
 }
 
-# Names known, but that cannot run here, with the reason (coverage and evaluation say it).
+# Names known, but that cannot run on this host, with the reason (coverage says it; the
+# metric raises TaskError saying it): OCR needs Tesseract installed.
 UNAVAILABLE_METRICS: dict[str, str] = {
-    "compare_image_text": docs.OCR_UNAVAILABLE,
+    name: reason for name, reason in [("compare_image_text", ocr.ocr_unavailable())] if reason
 }
 
 

@@ -13,11 +13,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from runtime.errors import TaskError
-
 __all__ = [
     "METRICS",
-    "OCR_UNAVAILABLE",
     "check_highlighted_words",
     "check_no_duplicates",
     "compare_docx_files",
@@ -25,7 +22,6 @@ __all__ = [
     "compare_docx_lines",
     "compare_docx_tables",
     "compare_epub",
-    "compare_image_text",
     "compare_init_lines",
     "compare_references",
     "compare_text_file",
@@ -36,12 +32,6 @@ _ODT_TEXT = "urn:oasis:names:tc:opendocument:xmlns:text:1.0"
 _ODT_STYLE = "urn:oasis:names:tc:opendocument:xmlns:style:1.0"
 _ODT_OFFICE = "urn:oasis:names:tc:opendocument:xmlns:office:1.0"
 _ODT_FO = "urn:oasis:names:tc:opendocument:xmlns:xsl-fo-compatible:1.0"
-
-OCR_UNAVAILABLE = (
-    "compare_image_text reads the image with EasyOCR as OSWorld does (its expected strings, "
-    "such as ' Ls', are EasyOCR's readings), and EasyOCR's detector needs torchvision, which "
-    "does not import beside this project's CPU torch; no other OCR reproduces its readings"
-)
 
 
 def _normalise(text: str, ignore_blanks: bool, ignore_case: bool) -> str:
@@ -299,11 +289,6 @@ def compare_epub(result: str | None, expected: str | None) -> float:
     return score
 
 
-def compare_image_text(image: str | None, rule: dict[str, Any]) -> float:
-    """OSWorld's OCR check (the rule's `text` read in the image): not available here."""
-    raise TaskError(OCR_UNAVAILABLE)
-
-
 METRICS = {
     "compare_text_file": compare_text_file,
     "compare_docx_files": compare_docx_files,
@@ -315,5 +300,4 @@ METRICS = {
     "check_no_duplicates": check_no_duplicates,
     "check_highlighted_words": check_highlighted_words,
     "compare_epub": compare_epub,
-    "compare_image_text": compare_image_text,
 }

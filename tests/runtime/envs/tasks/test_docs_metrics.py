@@ -12,9 +12,8 @@ from docx.enum.text import WD_PARAGRAPH_ALIGNMENT, WD_TAB_ALIGNMENT
 from docx.oxml.ns import qn
 from docx.shared import Inches, Pt, RGBColor
 
-from runtime.envs.tasks.metrics import METRICS, UNAVAILABLE_METRICS
+from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.metrics.writer import delta_e_2000, srgb_to_lab
-from runtime.errors import TaskError
 
 
 def _doc(path: Path, paragraphs: list[str], edit=None) -> str:
@@ -175,12 +174,6 @@ def test_epub_parts_compared_line_by_line(tmp_path):
     assert 0.0 < METRICS["compare_epub"](other, gold) < 1.0
     assert METRICS["compare_epub"](str(not_zip), gold) == 0.0
     assert METRICS["compare_epub"](None, gold) == 0.0
-
-
-def test_ocr_metric_is_a_precise_task_error():
-    with pytest.raises(TaskError, match="EasyOCR"):
-        METRICS["compare_image_text"]("ls.png", {"type": "text", "text": " Ls"})
-    assert "torchvision" in UNAVAILABLE_METRICS["compare_image_text"]
 
 
 def test_formatting_checks(tmp_path):
