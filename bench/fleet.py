@@ -31,9 +31,10 @@ store (a real fleet writes one screenshot per turn). Lost and duplicated, from t
 by dedup ids over the whole run: steps, rewards and segments of every completed trajectory
 that never reached the log, and ids written twice.
 
-Then (b) the same fleet with the tiny trainer and the real sampler issuing requests: the
-trainer is the bottleneck and back-pressure must hold (the sampler's bounded look-ahead,
-bounded lag and trainer memory).
+First, on the fresh log, (b): the same fleet behind the real sampler (issuing the requests,
+B=2 x n=4) and the tiny trainer, the GPU-bound stage and here the bottleneck:
+back-pressure must hold (the sampler's bounded look-ahead, the trainer's segment lag and
+memory bounded); then the ramp, (a), where the bench issues the requests.
 
 Prints the tables; `--json PATH` writes `paper_steps_per_s`, `sustained_steps_per_s`,
 `ratio_to_paper`, `p99_step_to_segment_s_at_paper`, `cores_at_paper`, `lost`,
@@ -106,7 +107,7 @@ class Settings:
     record_rollouts: int  # recorded episodes per task
 
 
-FULL = Settings(20.0, 60.0, (1, 2, 4, 8, 10, 16, 24), (1, 2, 4), 10.0, 180.0, "tiny", 12, 2)
+FULL = Settings(20.0, 60.0, (1, 2, 4, 8, 10, 16, 24), (1, 2, 4), 10.0, 240.0, "tiny", 12, 2)
 QUICK = Settings(3.0, 6.0, (1, 10), (1,), 10.0, 0.0, "scripted", 8, 1)
 
 
@@ -228,8 +229,9 @@ class Stack:
         self.procs.append(proc)
         return proc
 
-    def start_broker(self) -> None:
-        """Start the broker, wait for it, and create the registry's topics."""
+    def start_broker(self, tasks: list[str] | None = None) -> None:
+        """Start the broker, wait for it, create the registry's topics and import the built-in
+        tasks (only `tasks`, if given: a sampler then draws only tasks the fleet can play)."""
         self.broker = self.start("broker", "broker", "--port", str(self.port), metrics=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -239,13 +241,14 @@ class Stack:
             ):
                 break
             time.sleep(0.1)
-        asyncio.run(self._topics_and_tasks())
+        asyncio.run(self._topics_and_tasks(tasks))
 
-    async def _topics_and_tasks(self) -> None:
+    async def _topics_and_tasks(self, tasks: list[str] | None) -> None:
         # What `scalecua topics create` and `tasks import --builtin` do, without two
         # interpreters' start-up.
         await create_topics(self.settings.bootstrap)
-        await publish_tasks(self.settings, builtin_task_events())
+        events = [e for e in builtin_task_events() if tasks is None or e.task_id in tasks]
+        await publish_tasks(self.settings, events)
 
     def stop(self, proc: Proc, timeout: float = 30.0) -> None:
         """Stop one process cleanly (SIGINT, then SIGKILL after `timeout`)."""
@@ -374,6 +377,21 @@ class Point:
     p50_reward_s: float | None = None
     p99_reward_s: float | None = None
     dashboard_p99_ms: float | None = None  # GET /api/panels, once a second
+    machine_cores_busy: float = 0.0  # the whole machine's busy cores (other programs too)
+
+
+_BUSY: list[tuple[float, float]] = []  # (monotonic time, busy CPU seconds) at the last call
+
+
+def _busy_cores() -> float:
+    """Busy cores of the whole machine since the previous call (other programs included)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    ticks = [int(f) for f in fields]
+    busy = (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # minus idle, iowait
+    now = time.monotonic()
+    last = _BUSY[-1] if _BUSY else (now, busy)
+    _BUSY[:] = [(now, busy)]
+    return (busy - last[1]) / (now - last[0]) if now > last[0] else 0.0
 
 
 def _services(stack: Stack) -> list[Proc]:
@@ -387,6 +405,7 @@ def measure(stack: Stack, feeder: Feeder, point: Point, settings: Settings) -> P
     stack.check_alive()
     procs = [*_services(stack), stack.broker, feeder.fleet]
     cpu0 = {p.name: p.cpu_s() for p in procs}
+    _busy_cores()  # the window starts here
     steps0 = feeder.fleet.metrics().get("steps_written", 0.0)
     t0 = time.monotonic()
     point.start_ms = time.time_ns() // 1_000_000
@@ -405,6 +424,7 @@ def measure(stack: Stack, feeder: Feeder, point: Point, settings: Settings) -> P
     point.sustained = (feeder.fleet.metrics().get("steps_written", 0.0) - steps0) / elapsed
     point.cpu = {p.name: (p.cpu_s() - cpu0[p.name]) / elapsed for p in procs}
     point.rss_mib = {p.name: round(p.rss_mib()) for p in procs}
+    point.machine_cores_busy = round(_busy_cores(), 2)  # everything on the machine, over the window
     allowance = 2.0 * point.offered
     point.bounded = point.sustained >= 0.9 * point.offered
     for name, lags in samples.items():
@@ -513,9 +533,10 @@ def bytes_per_step(archive: str, recordings: Recordings, blobs: str) -> dict[str
 
 # -- (b): the trainer as the bottleneck ------------------------------------------------
 def trainer_bound(stack: Stack, settings: Settings, policy: str) -> dict:
-    """Run the real sampler and the tiny trainer behind the fleet; report what stays bounded."""
-    for proc in [p for p in stack.procs if p.name == "sampler"]:
-        stack.stop(proc)
+    """Run the real sampler and the tiny trainer behind the fleet; report what stays bounded.
+
+    On the fresh log, before the ramp: the trainer sees only the groups the sampler asks for.
+    """
     sampler = stack.start("sampler", "sample", "--batch", "2", "--n", "4", "--max-steps", "50",
                           "--in-flight", "2", "--ahead", "2")  # fmt: skip
     trainer = stack.start("trainer", "train", "--policy", policy, "--batch-groups", "2",
@@ -526,20 +547,24 @@ def trainer_bound(stack: Stack, settings: Settings, policy: str) -> dict:
     while time.monotonic() - t0 < settings.trainer_s:
         stack.check_alive()
         s, t = sampler.metrics(), trainer.metrics()
-        rows.append({"t": round(time.monotonic() - t0), "trainer_lag": t.get("lag", 0.0),
-                     "trainer_rss_mib": trainer.rss_mib(), "steps": t.get("steps", 0.0),
-                     "policy_version": t.get("policy_version", 0.0),
-                     "batches": s.get("batches", 0.0)})  # fmt: skip
+        rows.append({"t": round(time.monotonic() - t0), "segment_lag": t.get("lag", 0.0),
+                     "tokens_held": t.get("tokens_held", 0.0), "rss_mib": round(trainer.rss_mib()),
+                     "steps": t.get("steps", 0.0), "batches": s.get("batches", 0.0),
+                     "in_flight_batches": s.get("in_flight_batches", 0.0)})  # fmt: skip
         time.sleep(5.0)
-    half = rows[len(rows) // 2 :] or rows
+    stack.stop(trainer)
+    stack.stop(sampler)
+    first, last = rows[: len(rows) // 2 or 1], rows[len(rows) // 2 :] or rows
     return {
-        "seconds": settings.trainer_s, "trainer_steps": rows[-1]["steps"] if rows else 0,
-        "max_trainer_lag": max(r["trainer_lag"] for r in rows) if rows else 0,
-        "trainer_rss_mib_first_last": [rows[0]["trainer_rss_mib"], rows[-1]["trainer_rss_mib"]]
-        if rows else [],
-        "lag_bounded": bool(rows) and max(r["trainer_lag"] for r in half)
-        <= max(r["trainer_lag"] for r in rows[: len(rows) // 2 or 1]) + 50,
-        "sampler_batches": rows[-1]["batches"] if rows else 0, "samples": rows,
+        "seconds": settings.trainer_s, "trainer_steps": rows[-1]["steps"],
+        "sampler_batches": rows[-1]["batches"],
+        "max_in_flight_batches": max(r["in_flight_batches"] for r in rows),
+        "max_segment_lag": max(r["segment_lag"] for r in rows),
+        "rss_mib_max_first_half_second_half": [max(r["rss_mib"] for r in first),
+                                               max(r["rss_mib"] for r in last)],
+        "lag_bounded": max(r["segment_lag"] for r in last)
+        <= max(r["segment_lag"] for r in first) + 50,
+        "samples": rows,
     }  # fmt: skip
 
 
@@ -568,15 +593,23 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
     scaling: dict[int, float] = {}
     out: dict = {}
     try:
-        stack.start_broker()
+        stack.start_broker(recordings.tasks())
         stack.start("archiver", "archive", "--dir", str(home / "archive"), "--max-age", "2")
-        stack.start("sampler", "sample", "--max-batches", "0")
         stack.dashboard_port = _free_port()
         stack.start("dashboard", "dashboard", "--port", str(stack.dashboard_port), metrics=False)
         most = int(max(settings.multiples) * PAPER_STEPS_PER_S * turn) + 1
         fleet = stack.start("fleet", "fleet", "--archive", str(recording / "archive"), "--run",
                             run_id, "--environments", str(most), "--compression",
                             str(settings.compression))  # fmt: skip
+        add_members(stack, policy, settings.members[0])
+        stack.wait_ready()
+        if settings.trainer_s:
+            print(
+                "trainer-bound: the sampler and the tiny trainer behind the fleet ...", flush=True
+            )
+            out["trainer_bound"] = trainer_bound(stack, settings, policy)
+        # From here the bench offers the load; the sampler only folds rewards (task-stats).
+        stack.start("sampler", "sample", "--max-batches", "0")
         stack.wait_ready()
         feeder = Feeder(stack.settings, recordings.tasks(), fleet)
         stop = asyncio.Event()
@@ -584,29 +617,29 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
         thread = threading.Thread(target=loop.run_until_complete,
                                   args=(_hold(feeder.run, stop),), daemon=True)  # fmt: skip
         thread.start()
-        rates = iter(settings.multiples)
-        multiple = next(rates)
+        # Each member count starts at the highest rate the previous one sustained (measured
+        # again right after the new members joined, under load) and climbs until a rate is
+        # not sustained.
+        start = 0
         for members in settings.members:
             add_members(stack, policy, members)
             stack.wait_ready()
-            best = 0.0
-            while multiple is not None:
-                offered = multiple * PAPER_STEPS_PER_S
+            best, top = 0.0, start
+            for i in range(start, len(settings.multiples)):
+                offered = settings.multiples[i] * PAPER_STEPS_PER_S
                 point = Point(members, offered, round(offered * turn))
                 measure(stack, feeder, point, settings)
                 points.append(point)
                 print(_point_line(point), flush=True)
                 if not point.bounded:
+                    _recover(stack, feeder, turn)
                     break
-                best = max(best, point.sustained)
-                multiple = next(rates, None)
+                best, top = max(best, point.sustained), i
             scaling[members] = round(best, 1)
+            start = top
         feeder.target = 0
         time.sleep(turn * recordings.steps_per_trajectory() * 1.3 + 1)  # the last episodes end
         _drain(stack, timeout=120)
-        if settings.trainer_s:
-            feeder.target = 0
-            out["trainer_bound"] = trainer_bound(stack, settings, policy)
         loop.call_soon_threadsafe(stop.set)
         thread.join(10)
         time.sleep(3)  # the archiver's last roll (every 2 s)
@@ -633,6 +666,17 @@ def run(settings: Settings, args: argparse.Namespace) -> dict:
     return out
 
 
+def _recover(stack: Stack, feeder: Feeder, turn: float, timeout: float = 180.0) -> None:
+    """After a rate that was not sustained, offer the paper's rate until the backlog is gone,
+    so the next point does not start behind."""
+    feeder.target = round(PAPER_STEPS_PER_S * turn)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(p.metrics().get("lag", 0) <= 2 * PAPER_STEPS_PER_S for p in _services(stack)):
+            return
+        time.sleep(1.0)
+
+
 def _drain(stack: Stack, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -647,7 +691,8 @@ def _point_line(p: Point) -> str:
             f"sustained {p.sustained:7.1f}, {'bounded' if p.bounded else 'GROWING'} "
             f"(worst lag {worst[0]} {worst[1][0]:.0f} -> {worst[1][1]:.0f}), "
             f"cores {sum(v for k, v in p.cpu.items() if k != 'fleet'):.2f}, "
-            f"dashboard p99 {_f(p.dashboard_p99_ms)} ms")  # fmt: skip
+            f"dashboard p99 {_f(p.dashboard_p99_ms)} ms; machine busy "
+            f"{p.machine_cores_busy:.2f} of {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")  # fmt: skip
 
 
 def print_tables(out: dict) -> None:
