@@ -59,6 +59,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -101,6 +102,8 @@ _STATUS = "scalecua/status/{seq}/{rank}"
 _JOINED = "scalecua/joined/{rank}"
 _WATCH_S = 0.25  # how often the clock of the call in flight is read
 _STUCK_EXIT_S = 30.0  # torchrun: rank 0 still stuck this long after a deadline exits
+_COLLECTIVE_GRACE_S = 5.0  # rank 0's collectives time out this long after the call's deadline
+_STUCK_SAY_S = 10.0  # rank 0 still in its call this long after a deadline: its stack is logged
 
 
 class RankFailure(ScaleCUAError):
@@ -181,6 +184,7 @@ class RankGroup:
         self._seq = 0
         self._backend: DrivenBackend | None = None
         self._waiting_on: list[int] = []  # ranks yet to report the call rank 0 finished
+        self._caller = threading.get_ident()  # the thread making the call in flight
         self._expired: str | None = None  # why the clock ended the group
         self._closed = threading.Event()
 
@@ -338,8 +342,12 @@ class RankGroup:
             raise RankFailure("the trainer's process group is over (an earlier rank failure)")
         self.check()
         self._seq += 1
+        self._caller = threading.get_ident()  # whose stack to show if the call never returns
         if method != "exit":
             self.clock.start(method if method == "use" else payload[0], size)
+            verdict = self.clock.verdict()
+            if verdict is not None:
+                _bound_collectives(verdict.deadline_s + _COLLECTIVE_GRACE_S)
         try:
             dist.broadcast_object_list([(self._seq, method, payload)], src=0)
         except RuntimeError as exc:  # a rank is gone: its connection closed under us
@@ -456,13 +464,47 @@ class RankGroup:
         log.error("trainer: %s", self._expired)
         for proc in self.workers:  # their connections close: rank 0's collectives fail at once
             if proc.poll() is None:
-                proc.kill()
-        if not self.workers and not self._closed.wait(_STUCK_EXIT_S) and self.clock.call:
+                try:  # the rank's whole process group: no descendant keeps its sockets open
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    proc.kill()
+        if not self._closed.wait(_STUCK_SAY_S) and self.clock.call:
+            frame = sys._current_frames().get(self._caller)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "(gone)"
+            log.error("trainer: rank 0 is still in %s %.0f s after its deadline; it waits "
+                      "at:\n%s", verdict.kind, _STUCK_SAY_S, stack)  # fmt: skip
+        if (
+            not self.workers
+            and not self._closed.wait(_STUCK_EXIT_S - _STUCK_SAY_S)
+            and self.clock.call
+        ):
             # torchrun's ranks are not ours to kill, and rank 0 is stuck in a collective
             # with them: exit (as kill -9 would), and torchrun ends the others.
             log.error("trainer: rank 0 is still stuck in %s; exiting", verdict.kind)
             logging.shutdown()
             os._exit(1)
+
+
+def _bound_collectives(seconds: float) -> None:
+    """Give rank 0's collectives from now on this timeout, on every process group.
+
+    A rank killed at the deadline usually fails rank 0's collective at once (its connection
+    closes), but a gloo collective of FSDP's (an all-gather in flight) can miss the close
+    and wait out its timeout: 30 minutes by default. Bounded by the call's deadline, it
+    fails just after the clock has ended the group. Only rank 0 bounds its collectives: the
+    other ranks wait for rank 0's next call for as long as the trainer is idle.
+    """
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _world
+
+    if not dist.is_initialized():
+        return
+    timeout = timedelta(seconds=seconds)
+    for group in list(_world.pg_map):
+        try:
+            group.set_timeout(timeout)
+        except (AttributeError, RuntimeError) as exc:  # a backend without per-call timeouts
+            log.debug("trainer: cannot bound the collectives of %r: %s", group, exc)
 
 
 def _usual(verdict: Verdict) -> str:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -183,10 +184,15 @@ def test_a_stopped_rank_is_warned_about_and_ends_the_group_at_its_deadline(
             seen_late = max(seen_late, backend.group_stats()["ranks_late"])
             time.sleep(0.05)
         took = time.monotonic() - started
-        if worker.is_alive():  # today's code: still waiting; unblock it to end the test
+        if worker.is_alive():  # still waiting: say where, then unblock it to end the test
+            frame = sys._current_frames().get(worker.ident or 0)
+            stack = "".join(traceback.format_stack(frame)) if frame is not None else "?"
             rank1.kill()
             worker.join(60)
-            pytest.fail(f"the step was still waiting on the stopped rank after {took:.0f} s")
+            pytest.fail(
+                f"the step was still waiting on the stopped rank after {took:.0f} s "
+                f"(ended after the kill: {not worker.is_alive()}); it waited at:\n{stack}"
+            )
     finally:
         if rank1.poll() is None:
             os.kill(rank1.pid, signal.SIGCONT)
