@@ -13,6 +13,7 @@ request on a fresh desktop; the engine failing ends the episode as status `error
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -160,13 +161,19 @@ async def run_episode(
     config: EpisodeConfig,
     worker_id: str = "",
     solution: list[dict[str, Any]] | None = None,
+    setup_slots: asyncio.Semaphore | None = None,
 ) -> EpisodeResult:
-    """Play one request on a desktop and emit its steps and completion; see the module doc."""
+    """Play one request on a desktop and emit its steps and completion; see the module doc.
+
+    `setup_slots`, shared by a worker's episodes, bounds how many run their task's setup
+    (app starts, the CPU burst of an episode) at once.
+    """
     started = time.monotonic()
     common = _common_fields(request, attempt, worker_id)
     system_ref = await _put(blobs, player.system_prompt.encode(), config.blob_timeout_s)
     try:
-        await run_setup(controller, task)
+        async with setup_slots or contextlib.nullcontext():
+            await run_setup(controller, task)
     except TaskError as exc:  # the task's own setup is broken: no episode to play
         result = EpisodeResult(trajectory_id, "error", 0, error=f"setup failed: {exc}")
         _complete(emit, request, result, common)

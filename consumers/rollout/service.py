@@ -9,6 +9,11 @@ events were handed to the runner, so a worker killed mid-episode loses no reques
 request is redelivered, and the new attempt gets a new trajectory id, leaving the partial
 one superseded. The runner stops fetching while the queue is full (`wants`).
 
+Setups: a task's setup starts its apps (LibreOffice, Chromium: seconds of CPU each), and a
+worker starts every episode at once when it starts or after loading new weights between
+episodes; at most `setups` setups run at once (default 4 per core), the others wait their
+turn, so 64 Calc desktops on 2 cores no longer all time out waiting for their windows.
+
 Faults: the desktop dying mid-episode retries the request once on a fresh desktop; a second
 failure, an engine or blob-store outage, or an unknown task end the request as status
 `error` with the reason (an environment failure: no score, dropped from its group).
@@ -64,9 +69,18 @@ from runtime.tables import TopicTable
 from topics.events import PolicyUpdate, RolloutRequest, TaskEvent
 from topics.registry import DEAD_LETTER
 
-__all__ = ["RolloutConfig", "RolloutWorker", "PolicyFollower", "resolve_task", "rollout_service"]
+__all__ = [
+    "RolloutConfig",
+    "RolloutWorker",
+    "PolicyFollower",
+    "SETUPS_PER_CORE",
+    "resolve_task",
+    "rollout_service",
+]
 
 log = logging.getLogger(__name__)
+
+SETUPS_PER_CORE = 4  # episode setups at once per core, unless RolloutConfig.setups says
 
 
 @dataclass(frozen=True)
@@ -77,6 +91,7 @@ class RolloutConfig:
     queued: int | None = None  # requests held beyond the running ones (default: desktops)
     reload: str = "episode"  # "episode": between episodes; "turn": as soon as announced
     retries: int = 1  # fresh-desktop retries of a request whose desktop died
+    setups: int | None = None  # episode setups at once (None: SETUPS_PER_CORE per core)
     # The run's checkpoint root (a folder or URL): policy updates pointing anywhere else are
     # refused (None: $SCALECUA_CHECKPOINTS, else $SCALECUA_HOME/checkpoints, where trainers
     # write by default).
@@ -142,6 +157,9 @@ class RolloutWorker(Processor):
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.checkpoint_root = config.checkpoints or default_checkpoint_root()
         self._board: JobBoard[RolloutRequest] = JobBoard()
+        self._setup_slots = asyncio.Semaphore(
+            config.setups or SETUPS_PER_CORE * (os.cpu_count() or 1)
+        )
         self._emit = self._board.emit
         # Announced versions newer than the player's, not yet tried, oldest first (with the
         # record each came in, for a dead letter if it is refused).
@@ -308,7 +326,7 @@ class RolloutWorker(Processor):
                     await run_episode(
                         controller, request, task, self.player, self.blobs, self._emit,
                         trajectory_id=trajectory_id, attempt=attempt, config=self.config.episode,
-                        worker_id=self.worker_id, solution=solution,
+                        worker_id=self.worker_id, solution=solution, setup_slots=self._setup_slots,
                     )  # fmt: skip
                 return
             except DesktopError as exc:

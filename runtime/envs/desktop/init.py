@@ -61,6 +61,7 @@ _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
 _SYS_MOUNT_SETATTR = 442  # the same on both
 _CLONE_NEWUSER = 0x10000000
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECUREBITS, _SECBIT_NO_SETUID_FIXUP = 28, 1 << 2
 TOKEN_ENV = "SCALECUA_DESKTOP_TOKEN"
 # What a desktop sees of the host, read-only, at the same paths: the system (programs,
 # libraries, settings, the package database, caches such as fontconfig's) and sysfs.
@@ -284,6 +285,29 @@ def _add_files(target: str, folder: str, files: dict[str, bytes]) -> None:
             f.write(data)
 
 
+def _become_owner(owner: int) -> None:
+    """Take `owner` as effective uid and gid, keeping root's capabilities, so that the user
+    namespace created next is owned by it.
+
+    The kernel charges the per-user limits of everything in a user namespace (inotify
+    instances and watches, user namespaces, pending signals, message queues) to the
+    namespace's owner on the host as well: owned by host root, every desktop would share
+    root's budget (fs.inotify.max_user_instances, 128 by default, is spent by 64 desktops'
+    two dbus daemons; the 65th desktop's apps get no inotify at all). Owned by its block's
+    last id, each desktop has a budget of its own, as each VM has. Root's capabilities are
+    kept through the change (SECBIT_NO_SETUID_FIXUP) so the namespace is still created by a
+    privileged process, which hosts restricting unprivileged user namespaces allow.
+    """
+    _check_prctl(_PR_SET_SECUREBITS, _SECBIT_NO_SETUID_FIXUP)
+    os.setresgid(-1, owner, -1)
+    os.setresuid(-1, owner, -1)
+
+
+def _check_prctl(option: int, value: int) -> None:
+    if _libc.prctl(option, value, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), f"prctl({option}, {value})")
+
+
 def _start_server(argv: list[str], uid: int, count: int, token: str) -> int:
     """Fork the server into a new user namespace over [uid, uid+count), its root the block's
     last id, handing it the token through a pipe; return its pid."""
@@ -297,8 +321,10 @@ def _start_server(argv: list[str], uid: int, count: int, token: str) -> int:
             os.close(mapped_w)
             os.close(token_w)
             os.setgroups([])  # host root's groups must not follow it in
+            _become_owner(uid + count - 1)
             if _libc.unshare(_CLONE_NEWUSER) != 0:
                 raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWUSER)")
+            _check_prctl(_PR_SET_SECUREBITS, 0)  # back to the usual rules, for all it starts
             os.write(ready_w, b"u")
             if os.read(mapped_r, 1) != b"m":
                 os._exit(70)
