@@ -107,7 +107,9 @@ class Settings:
     record_rollouts: int  # recorded episodes per task
 
 
-FULL = Settings(20.0, 60.0, (1, 2, 4, 8, 10, 16, 24), (1, 2, 4), 10.0, 240.0, "tiny", 12, 2)
+FULL = Settings(
+    20.0, 60.0, (1, 2, 4, 8, 10, 11, 12, 14, 16, 24), (1, 2, 4), 10.0, 240.0, "tiny", 12, 2
+)
 QUICK = Settings(3.0, 6.0, (1, 10), (1,), 10.0, 0.0, "scripted", 8, 1)
 
 
@@ -342,7 +344,7 @@ class Feeder:
     _groups: itertools.count = field(default_factory=itertools.count)
 
     async def run(self) -> None:
-        """Top up every quarter second until cancelled."""
+        """Top up every 50 ms until cancelled (an environment idles until its next request)."""
         async with EventProducer(self.settings) as producer:
             while True:
                 done = self.fleet.metrics().get("episodes", 0.0)
@@ -355,7 +357,7 @@ class Feeder:
                                               for r in group])  # fmt: skip
                     self.written += len(group)
                     missing -= len(group)
-                await asyncio.sleep(0.25)
+                await asyncio.sleep(0.05)
 
 
 @dataclass
