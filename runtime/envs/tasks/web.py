@@ -3,9 +3,11 @@ pages a task opens in the browser that only the live web serves.
 
 `live_web_urls(task)` lists the http(s) URLs a task loads in the browser (`chrome_open_tabs`,
 a browser started on a URL, the getters that load a page: `page_info`, `info_from_website`,
-`pdf_from_url`, `gotoRecreationPage_and_get_html_content`, and the Chrome Web Store for a
-task scored by `is_expected_installed_extensions`) whose host is not loopback and not
-mapped to a local server (`SCALECUA_BROWSER_HOSTS`, see runtime/envs/desktop/browser_net.py).
+`pdf_from_url`, `gotoRecreationPage_and_get_html_content`, the Chrome Web Store for a
+task scored by `is_expected_installed_extensions`, and VS Code's marketplace for an
+extension a task installs by id or checks for without a `.vsix` of its own) whose host is
+not loopback and not mapped to a local server (`SCALECUA_BROWSER_HOSTS`, see
+runtime/envs/desktop/browser_net.py).
 Files a task downloads are not pages: they come from the file cache. A task that sends the
 agent to a site it names only in its instruction is not found by this.
 """
@@ -30,6 +32,9 @@ _RECREATION = "https://www.recreation.gov/"  # what gotoRecreationPage_and_get_h
 _IMPLIED = {"is_expected_installed_extensions": "https://chromewebstore.google.com/"}
 _BROWSERS = re.compile(r"(^|[/\s])(google-chrome(-stable)?|chromium(-browser)?|chrome)(\s|$)")
 _URL = re.compile(r"https?://[^\s'\"<>]+")
+# VS Code installs an extension by id from its marketplace (code-server: from Open VSX).
+_MARKETPLACE = "https://marketplace.visualstudio.com/items?itemName="
+_INSTALL_EXTENSION = re.compile(r"--install-extension[=\s]+['\"]?([^\s'\"]+)")
 
 
 def same_url(a: str | None, b: str | None) -> bool:
@@ -94,3 +99,34 @@ def _opened_urls(task: Task) -> Iterator[str]:
             elif kind == "gotoRecreationPage_and_get_html_content":
                 yield _RECREATION
     yield from (_IMPLIED[f] for f in task.evaluator.funcs if f in _IMPLIED)
+    yield from (_MARKETPLACE + name for name in _marketplace_extensions(task))
+
+
+def _marketplace_extensions(task: Task) -> list[str]:
+    """VS Code extensions a task installs by id (`code --install-extension ID`), or checks
+    for in `code --list-extensions` when none of its files is a `.vsix` (the agent must
+    then install it from the marketplace)."""
+    names: list[str] = []
+    vsix = False
+    for step in [*task.config, *task.evaluator.postconfig]:
+        params = step.get("parameters") or {}
+        for name in _INSTALL_EXTENSION.findall(_words(params.get("command"))):
+            vsix = vsix or name.endswith(".vsix")
+            names += [] if name.endswith(".vsix") else [name]
+        files = params.get("files") if step.get("type") == "download" else None
+        vsix = vsix or any(str(f.get("path", "")).endswith(".vsix") for f in files or [])
+    evaluator = task.evaluator
+    checks = zip(evaluator.funcs, evaluator.results, evaluator.expecteds, strict=True)
+    for func, result, expected in checks:
+        command = result.get("command") if isinstance(result, dict) else None
+        listed = "--list-extensions" in _words(command)
+        rules = expected.get("rules") if isinstance(expected, dict) else None
+        if func == "is_extension_installed" and listed and isinstance(rules, dict) and not vsix:
+            if rules.get("type") == "contain" and isinstance(rules.get("expected"), str):
+                names.append(rules["expected"])
+    return names
+
+
+def _words(command: Any) -> str:
+    """A step's or getter's command (argv or shell line) as one line."""
+    return " ".join(map(str, command)) if isinstance(command, list) else str(command or "")

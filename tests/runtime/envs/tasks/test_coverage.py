@@ -163,3 +163,29 @@ def test_live_web_is_what_the_browser_opens_beyond_loopback() -> None:
     assert live_web_urls(task) == [
         "https://example.org/a", "https://example.org/b", "https://example.org/c",
     ]  # fmt: skip
+
+
+def test_vs_code_extensions_by_id_need_the_marketplace() -> None:
+    """An extension installed by id, or checked for with no .vsix among the task's files,
+    comes from VS Code's marketplace, which desktops cannot reach; a .vsix installs offline."""
+    listed = {
+        "type": "vm_command_line",
+        "command": ["code", "--list-extensions", "|", "grep", "a.b"],
+    }
+    check = {
+        "func": "is_extension_installed",
+        "result": listed,
+        "expected": {"type": "rule", "rules": {"type": "contain", "expected": "a.b"}},
+    }
+    by_id = Task.from_dict({
+        "id": "t", "instruction": "x", "evaluator": check,
+        "config": [{"type": "command", "parameters": {"command": ["code", "--install-extension", "ms-python.python"]}}],
+    })  # fmt: skip
+    market = "https://marketplace.visualstudio.com/items?itemName="
+    assert live_web_urls(by_id) == [f"{market}ms-python.python", f"{market}a.b"]
+    vsix = Task.from_dict({
+        "id": "t", "instruction": "x", "evaluator": check,
+        "config": [{"type": "download", "parameters": {"files": [
+            {"url": "https://example.org/x", "path": "/home/user/test.vsix"}]}}],
+    })  # fmt: skip
+    assert live_web_urls(vsix) == []
