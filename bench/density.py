@@ -79,9 +79,10 @@ from runtime.process_memory import few_malloc_arenas  # noqa: E402
 if __name__ == "__main__":
     few_malloc_arenas()  # as `scalecua rollout` runs (cli/__init__.py); re-runs this script
 
+from bench.rollout import worker  # noqa: E402
 from consumers.rollout.episode import EpisodeConfig  # noqa: E402
 from consumers.rollout.players import EpisodePlayer, Player, Reply, build_player  # noqa: E402
-from consumers.rollout.service import PolicyFollower, RolloutConfig, RolloutWorker  # noqa: E402
+from consumers.rollout.service import RolloutConfig  # noqa: E402
 from producers.rollout_requests import publish_requests, request_group  # noqa: E402
 from producers.task_import import publish_tasks  # noqa: E402
 from runtime.blobstore import open_blob_store  # noqa: E402
@@ -92,8 +93,6 @@ from runtime.envs.desktop.lifecycle import Desktop  # noqa: E402
 from runtime.envs.desktop.pool import DesktopPool  # noqa: E402
 from runtime.envs.tasks.builtin import builtin_ids, reference_solution  # noqa: E402
 from runtime.envs.tasks.model import Task  # noqa: E402
-from runtime.service import ServiceRunner  # noqa: E402
-from runtime.tables import TopicTable  # noqa: E402
 from topics.events import RolloutStep, TaskEvent, TrajectoryComplete  # noqa: E402
 
 __all__ = ["MeasuredPool", "PacedPlayer", "Settings", "measure_point", "ramp", "main"]
@@ -296,29 +295,6 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # -- one point ----------------------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def worker(
-    settings: BusSettings, config: RolloutConfig, player: Player, pool: DesktopPool, blobs: Any
-) -> AsyncIterator[tuple[RolloutWorker, ServiceRunner]]:
-    """A running worker wired as `rollout_service` wires it, on a given pool and player."""
-    tasks = await TopicTable(settings, "tasks").start()
-    follower = runner = runner_task = None
-    try:
-        rollout = RolloutWorker(config, player, pool, blobs, tasks)
-        follower = await PolicyFollower(settings, rollout).start()
-        runner = ServiceRunner(rollout, settings)
-        runner_task = asyncio.create_task(runner.run(install_signal_handlers=False))
-        await asyncio.wait_for(runner.ready.wait(), 60)
-        yield rollout, runner
-    finally:
-        if runner_task is not None:
-            runner.stop()
-            await asyncio.wait_for(runner_task, 120)
-        if follower is not None:
-            await follower.stop()
-        await tasks.stop()
-
-
 async def read_topic(settings: BusSettings, topic_name: str, kind: type) -> list[Any]:
     """Every event of a kind on a topic, from the start to its current end."""
     events: list[Any] = []

@@ -204,7 +204,7 @@ async def bare_loop(pool: DesktopPool, desktops: int, actions: list[dict], s: Se
 async def worker(
     settings: BusSettings, config: RolloutConfig, player: Player, pool: DesktopPool,
     blobs: BlobStore,
-) -> AsyncIterator[ServiceRunner]:  # fmt: skip
+) -> AsyncIterator[tuple[RolloutWorker, ServiceRunner]]:  # fmt: skip
     """A running worker wired as `rollout_service` wires it, on a given pool and player."""
     tasks = await TopicTable(settings, "tasks").start()
     follower = None
@@ -215,7 +215,7 @@ async def worker(
         runner = ServiceRunner(rollout, settings)
         runner_task = asyncio.create_task(runner.run(install_signal_handlers=False))
         await asyncio.wait_for(runner.ready.wait(), 60)
-        yield runner
+        yield rollout, runner
     finally:
         if runner_task is not None:
             runner.stop()
