@@ -112,28 +112,44 @@ async def _until(controller: Any, check: str, timeout: float = 60.0) -> None:
     raise AssertionError(f"timed out waiting for: {check}")
 
 
+# The agent's way to save the screen, as a script on the desktop: typed in full, its Python
+# line (and its ~/Desktop/ls.png) would sit on the screen next to the command being scored.
+_GRAB = """#!/bin/sh
+python -c "from PIL import ImageGrab; ImageGrab.grab().save('/home/user/Desktop/.s.png')"
+mv /home/user/Desktop/.s.png /home/user/Desktop/ls.png
+"""
+
+
 @pytest.mark.desktop
-async def test_osworld_task_on_a_desktop_untouched_wrong_command_and_solved(task_desktop):
+async def test_osworld_task_on_a_desktop_untouched_wrong_command_and_solved(task_desktop, tmp_path):
     """Untouched (no ls.png) 0.0; a screenshot after `pwd` 0.0; after `ls` 1.0. The agent
-    saves the screen from the terminal with PIL (pyautogui.screenshot() needs gnome-screenshot
-    or scrot, which the desktop does not have)."""
+    saves the screen from a maximised terminal with PIL (pyautogui.screenshot() needs
+    gnome-screenshot or scrot, which the desktop does not have); a terminal left small over
+    the open document is read as one block with the document's text around it."""
     task = seeded_task(TASK, {"top-10-linux-commands-for-newbies.docx": _tutorial()})
     shot = "/home/user/Desktop/ls.png"
-    grab = "from PIL import ImageGrab; ImageGrab.grab().save('/home/user/Desktop/.s.png')"
-    save = f'python -c "{grab}" && mv ~/Desktop/.s.png ~/Desktop/ls.png\n'  # whole, at once
     await task_desktop.reset()
     async with task_desktop.controller() as controller:
         await run_setup(controller, task)
         untouched = await evaluate(controller, task, [])
+        await controller.upload_file("/tmp/grab", _GRAB.encode())
+        await controller.execute("chmod +x /tmp/grab", shell=True)
         played, errors = await play(controller, [{"action": "key", "text": "ctrl+alt+t"}])
         await _until(controller, "wmctrl -lx | grep -qi xterm")
-        scores = []
-        for command in ("pwd\n", "ls\n"):
+        await controller.execute(
+            "wmctrl -x -r xterm -b add,maximized_vert,maximized_horz", shell=True
+        )
+        scores, read = [], []
+        for command in ("pwd", "ls"):
             await controller.execute(f"rm -f {shot}", shell=True)
-            steps, more = await play(controller, [{"action": "type", "text": command + save}])
+            typed = [{"action": "type", "text": f"{command}\n/tmp/grab\n"}]
+            steps, more = await play(controller, typed)
             played, errors = played + steps, errors + more
             await _until(controller, f"test -s {shot}")
             scores.append(await evaluate(controller, task, played))
+            kept = tmp_path / f"{command}.png"  # what was scored, read again for the message
+            kept.write_bytes(await controller.get_file(shot) or b"")
+            read.append(read_image_text(kept))
     assert errors == []
     assert untouched.score == 0.0, untouched
-    assert [s.score for s in scores] == [0.0, 1.0], scores
+    assert [s.score for s in scores] == [0.0, 1.0], (scores, read)
