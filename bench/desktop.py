@@ -9,9 +9,10 @@ Measures on real desktops (Xvfb 1280x800):
   * reset: `Desktop.reset()` with a text editor and a terminal open and files written;
   * throughput: screenshot+click steps/s with 1, 4 and 8 desktops acting at once, through
     the servers and with the raw tools in-process (one process per desktop);
-  * apps: each of OSWorld's apps started on a desktop as its tasks start it (`open` of a
-    file of its type, or the command they launch), from the request to its window, and the
-    desktop's memory (PSS of its whole process tree) with it, against a plain desktop.
+  * apps: each of OSWorld's apps, and ScienceBoard's TeXstudio, started on a desktop as its
+    tasks start it (`open` of a file of its type, or the command they launch), from the
+    request to its window, and the desktop's memory (PSS of its whole process tree) with it,
+    against a plain desktop.
 A desktop's X server is reachable only from inside the desktop (its own /tmp, a cookie),
 so the raw tools run there: a Python program started through /execute times them.
 Prints a table of medians and the server/raw ratios; `--json PATH` writes them. `--quick`
@@ -54,6 +55,10 @@ APP_CASES = (
     ("Evince (pdf)", {"open": "paper.pdf"}),
     ("eog (image)", {"open": "picture.png"}),
     ("VS Code (code-server)", {"launch": ["code"], "title": "Visual Studio Code"}),
+    (
+        "TeXstudio",
+        {"launch": ["texstudio", f"{DESKTOP_DIR}/paper.tex"], "title": "paper.tex - TeXstudio"},
+    ),
 )
 APP_SETTLE_S = 1.5  # after its window shows, before the memory is read
 
@@ -209,6 +214,7 @@ def app_files() -> dict[str, bytes]:
     from PIL import Image
 
     out: dict[str, bytes] = {"notes.txt": b"notes\n", "page.html": b"<title>bench</title>hi"}
+    out["paper.tex"] = b"\\documentclass{article}\n\\begin{document}\nbench\n\\end{document}\n"
     deck = pptx.Presentation()
     deck.slides.add_slide(deck.slide_layouts[0]).shapes.title.text = "bench"
     letter = docx.Document()

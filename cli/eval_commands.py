@@ -25,14 +25,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             "JSON document: the pass rate, its Wilson 95%% interval, and per-family rates. "
             "Tasks are generated instances of the task families (--split) or a folder of "
             "OSWorld task JSON (--tasks; with --index, OSWorld's benchmark: its runnable tasks, "
-            "and a per-domain table on stderr). With --samples N and a --temperature, each task is "
+            "and a per-domain table on stderr) or of ScienceBoard's (--tasks tasks/VM: its "
+            "runnable tasks, and its per-app table on stderr). With --samples N and a --temperature, each task is "
             "played N times as one group, and pass@k (k = 1, 2, 4, ... N) is reported too."
         ),
     )
     p.add_argument("--policy", required=True, help="tiny | smollm2 | a model (checkpoint) folder")
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--split", choices=("heldout", "train"), help="task-family instances")
-    source.add_argument("--tasks", type=Path, help="a folder (or file) of OSWorld task JSON")
+    source.add_argument(
+        "--tasks", type=Path, help="a folder (or file) of OSWorld or ScienceBoard task JSON"
+    )
     p.add_argument(
         "--index", type=Path, default=None,
         help="with --tasks DIR: an OSWorld index (test_all.json) of DIR/<domain>/<id>.json; "
@@ -90,15 +93,24 @@ def _tasks(args: argparse.Namespace) -> tuple[list, object, list[str]]:
     return events, families.family_of, list(families.HELDOUT_FAMILIES)
 
 
+def _is_scienceboard(folder: Path) -> bool:
+    """Whether a folder (or file) holds ScienceBoard's tasks rather than OSWorld's."""
+    from runtime.envs.tasks.catalog import read_task_folder
+
+    tasks = [e.task for e in read_task_folder(folder) if e.task is not None]
+    return bool(tasks) and all(t.native is not None for t in tasks)
+
+
 def _benchmark(args: argparse.Namespace) -> tuple[list, object, dict]:
-    """An indexed folder's runnable tasks as events, key -> domain, and its coverage report."""
+    """A benchmark's runnable tasks as events, key -> domain, and its coverage report (an
+    OSWorld folder with its --index, or a ScienceBoard folder, all of its tasks)."""
     from producers.task_import import task_event
     from runtime.envs.tasks.catalog import read_index, read_task_folder
     from runtime.envs.tasks.coverage import assess, summarize
     from runtime.envs.tasks.files import open_file_cache
     from runtime.errors import ConfigError
 
-    entries = read_task_folder(args.tasks, read_index(args.index))
+    entries = read_task_folder(args.tasks, read_index(args.index) if args.index else None)
     cache = open_file_cache()
     verdicts = {v.key: v for v in (assess(e, is_cached=cache.has) for e in entries)}
     coverage = summarize(verdicts.values())
@@ -106,8 +118,8 @@ def _benchmark(args: argparse.Namespace) -> tuple[list, object, dict]:
               for e in entries if e.task is not None and verdicts[e.key].runnable]  # fmt: skip
     if not events:
         raise ConfigError(
-            f"none of the {coverage['total']} tasks is runnable here; "
-            f"`scalecua tasks coverage {args.tasks} --index {args.index}` says why"
+            f"none of the {coverage['total']} tasks is runnable here; `scalecua tasks coverage "
+            f"{args.tasks}{f' --index {args.index}' if args.index else ''}` says why"
         )
     domains = {e.key: e.domain for e in entries}
     return events, lambda key: domains.get(key, "tasks"), coverage
@@ -132,14 +144,16 @@ def _eval(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()
     coverage = None
-    if args.index is None:
+    scienceboard = args.tasks is not None and args.tasks.exists() and _is_scienceboard(args.tasks)
+    if args.index is None and not scienceboard:
         events, family_of, held = _tasks(args)
     else:
         events, family_of, coverage = _benchmark(args)
         held = []
     if not events:
         raise ConfigError("no tasks to evaluate")
-    ids = {e.task_id: e.task.get("id") for e in events}
+    # the task JSON's own id; a ScienceBoard task has none but its file's name, its key's end
+    ids = {e.task_id: e.task.get("id") or e.task_id.rsplit("/", 1)[-1] for e in events}
     config = EvalConfig(
         policy=args.policy, desktops=args.desktops, max_steps=args.max_steps,
         max_tokens=args.max_tokens, observe=args.observe, samples=args.samples,
@@ -155,7 +169,7 @@ def _eval(args: argparse.Namespace) -> int:
             "policy": args.policy,
             "source": str(args.tasks) if args.tasks is not None else f"split:{args.split}",
             **summarize_outcomes(outcomes, args.threshold, held),
-            **_benchmark_results(args, coverage, outcomes),
+            **_benchmark_results(args, coverage, outcomes, scienceboard),
             "outcomes": [
                 {
                     "task_id": o.task_id,
@@ -182,15 +196,18 @@ def _eval(args: argparse.Namespace) -> int:
         return _run(main(logs))
 
 
-def _benchmark_results(args: argparse.Namespace, coverage: dict | None, outcomes: list) -> dict:
-    """The OSWorld table and the tasks that did not run, for an indexed evaluation."""
-    from cli.evaluation.benchmark import benchmark_table
+def _benchmark_results(
+    args: argparse.Namespace, coverage: dict | None, outcomes: list, scienceboard: bool
+) -> dict:
+    """The benchmark's table and the tasks that did not run, for a benchmark evaluation."""
+    from cli.evaluation.benchmark import CATEGORIES, SCIENCEBOARD_CATEGORIES, benchmark_table
 
     if coverage is None:
         return {}
+    categories = SCIENCEBOARD_CATEGORIES if scienceboard else CATEGORIES
     return {
-        "index": str(args.index),
-        "benchmark": benchmark_table(coverage, outcomes, args.threshold),
+        **({"benchmark_name": "ScienceBoard"} if scienceboard else {"index": str(args.index)}),
+        "benchmark": benchmark_table(coverage, outcomes, args.threshold, categories),
         "coverage": {k: coverage[k] for k in ("total", "supported", "runnable")},
         "not_run": [
             {"task_id": t["key"], "domain": t["domain"], "reasons": t["reasons"]}

@@ -41,6 +41,17 @@ APT_PACKAGES+=(
   tesseract-ocr tesseract-ocr-eng   # OCR and its English model: the compare_image_text metric
   g++ make pkg-config libkrb5-dev   # code-server's native modules build here, once (below)
 )
+# ScienceBoard's TeXstudio tasks (apps.py names the app): the editor, and the TeX Live sets
+# their documents' preambles load, which their `compile` check builds with pdflatex. About
+# 660 MB to download and 1.9 GB installed, 1m45s here, nearly all of it fonts-extra.
+APT_PACKAGES+=(
+  texstudio                   # 4.3.1 (Qt 5); 7.8 MB download, 19 MB installed
+  texlive-latex-base          # pdflatex, article, amsmath, babel, hyperref, geometry (1.2 / 12 MB)
+  texlive-latex-recommended   # listings, xcolor, booktabs, caption, microtype, setspace (8.9 / 26 MB)
+  texlive-latex-extra         # enumitem, footmisc, lipsum, multirow, nicefrac, sidecap (19 / 79 MB)
+  texlive-science             # bussproofs, the type-theory rules of a task (3.7 / 19 MB)
+  texlive-fonts-extra         # kpfonts and beramono, two tasks' fonts (509 MB / 1.4 GB)
+)
 
 # Containers (infra/containers.sh, Docker desktops, their tests): the engine, and mmdebstrap for
 # the Debian rootfs every image starts from. Where no daemon runs, containers.sh starts one

@@ -1,8 +1,10 @@
-"""A benchmark's results in OSWorld's layout: success per domain and per category (pure, no I/O).
+"""A benchmark's results in its paper's layout: success per domain and per category (pure, no I/O).
 
 OSWorld reports a success rate per domain and for five categories, OS (os), Office (Calc,
 Impress, Writer), Daily (Chrome, VLC, Thunderbird), Professional (GIMP, VS Code) and
-Workflow (multi_apps), then overall. Here only the runnable tasks are played
+Workflow (multi_apps), then overall; ScienceBoard one per app, by its field: Algebra
+(KAlgebra), Biochem (ChimeraX), GIS (GrassGIS), ATP (Lean), Astron (Celestia) and Doc
+(TeXstudio), then overall. Here only the runnable tasks are played
 (runtime/envs/tasks/coverage.py), so each row also says how many tasks the domain has, how
 many ran, and why the others did not; `success` is over the tasks played, `of all` counts
 every task that did not run as failed (the figure comparable with a full OSWorld run).
@@ -16,7 +18,7 @@ from typing import Any
 from cli.evaluation.stats import Outcome
 from runtime.envs.tasks.coverage import KINDS as _KINDS
 
-__all__ = ["CATEGORIES", "benchmark_table", "render_benchmark"]
+__all__ = ["CATEGORIES", "SCIENCEBOARD_CATEGORIES", "benchmark_table", "render_benchmark"]
 
 CATEGORIES: dict[str, tuple[str, ...]] = {
     "OS": ("os",),
@@ -25,10 +27,21 @@ CATEGORIES: dict[str, tuple[str, ...]] = {
     "Professional": ("gimp", "vs_code"),
     "Workflow": ("multi_apps",),
 }
+SCIENCEBOARD_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "Algebra": ("KAlgebra",),
+    "Biochem": ("ChimeraX",),
+    "GIS": ("GrassGIS",),
+    "ATP": ("Lean",),
+    "Astron": ("Celestia",),
+    "Doc": ("TeXstudio",),
+}
 
 
 def benchmark_table(
-    coverage: dict[str, Any], outcomes: Iterable[Outcome], threshold: float = 1.0
+    coverage: dict[str, Any],
+    outcomes: Iterable[Outcome],
+    threshold: float = 1.0,
+    categories: dict[str, tuple[str, ...]] = CATEGORIES,
 ) -> dict[str, Any]:
     """Per domain, per category and overall: tasks, runnable, played, passed, success rates.
 
@@ -39,14 +52,14 @@ def benchmark_table(
         played.setdefault(o.family, []).append(o)
     domains = {d: _row(c, played.get(d, []), threshold)
                for d, c in coverage["by_domain"].items()}  # fmt: skip
-    categories = {}
-    for name, members in CATEGORIES.items():
+    by_category = {}
+    for name, members in categories.items():
         rows = [domains[d] for d in members if d in domains]
         if rows:
-            categories[name] = _sum(rows)
+            by_category[name] = _sum(rows)
     return {
         "by_domain": domains,
-        "categories": categories,
+        "categories": by_category,
         "overall": _sum(list(domains.values())),
     }
 

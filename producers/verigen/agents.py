@@ -27,7 +27,7 @@ from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
-from producers.verigen.candidate import DIFFICULTIES, MAX_STEPS, Candidate, CandidateError
+from producers.verigen.candidate import APPS, DIFFICULTIES, MAX_STEPS, Candidate, CandidateError
 from producers.verigen.compose import CompositionError, compose_candidate
 from producers.verigen.llm import LLMClient, LLMRejected, LLMUnavailable, Usage
 from producers.verigen.probe import ProbeAPI, ProbeError, probe_session
@@ -230,7 +230,7 @@ _CANDIDATE_SCHEMA = f"""A task is ONE JSON object in OSWorld's format with VeriG
   "config": [setup steps, run in order before the agent starts],
   "evaluator": {{"func": METRIC, "result": GETTER, "expected": GETTER, "options": {{...}}}},
   "related_apps": ["..."],
-  "app": "terminal | mousepad | calc | writer",
+  "app": "{" | ".join(APPS)}",
   "explanation": "what the task asks and how the evaluator decides",
   "difficulty": "{" | ".join(DIFFICULTIES)}",
   "estimated_steps": a whole number from 1 to {MAX_STEPS},

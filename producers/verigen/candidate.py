@@ -3,7 +3,8 @@
 A candidate is one flat JSON object: OSWorld's task fields (`id`, `instruction`, `config`,
 `evaluator`, `related_apps`, ...) with VeriGen's metadata beside them:
 
-    app              the knowledge document it was written from: terminal, mousepad, calc, writer
+    app              the knowledge document it was written from: terminal, mousepad, calc,
+                     writer, texstudio, vscode
     explanation      what the task asks for and how its evaluator decides
     difficulty       "easy" | "medium" | "hard"
     estimated_steps  how many actions an agent needs (1-50)
@@ -36,7 +37,7 @@ __all__ = [
     "task_event",
 ]
 
-APPS = ("terminal", "mousepad", "calc", "writer")
+APPS = ("terminal", "mousepad", "calc", "writer", "texstudio", "vscode")
 DIFFICULTIES = ("easy", "medium", "hard")
 MAX_STEPS = 50  # the paper's turn limit: a task needing more cannot be solved in an episode
 _META = (

@@ -18,6 +18,7 @@ from typing import Any
 
 from runtime.config import BusSettings
 from runtime.envs.tasks.builtin import POOL_DIR, builtin_ids, reference_solution
+from runtime.envs.tasks.scienceboard import is_scienceboard, to_osworld
 from runtime.errors import TaskError
 from topics.events import Event, Reward, RolloutStep, TaskEvent, TrajectoryComplete
 
@@ -160,7 +161,8 @@ def training_tasks(tasks: dict[str, TaskEvent]) -> dict[str, dict[str, Any]]:
 
 
 def load_task_folder(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """Every OSWorld task JSON under a folder (recursively), and the files that are not tasks."""
+    """Every task JSON under a folder (recursively), OSWorld's or ScienceBoard's (read in
+    OSWorld's shape, its file's name as its id), and the files that are not tasks."""
     root = Path(path)
     if not root.exists():
         raise TaskError(f"{root}: no such folder or file")
@@ -172,6 +174,12 @@ def load_task_folder(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]
         except (OSError, UnicodeDecodeError, ValueError):
             skipped.append(str(file))
             continue
+        if is_scienceboard(raw):
+            try:
+                raw = to_osworld(raw, file.stem, str(file))
+            except TaskError:
+                skipped.append(str(file))
+                continue
         if not (isinstance(raw, dict) and "instruction" in raw and "evaluator" in raw):
             skipped.append(str(file))  # an index such as OSWorld's test_all.json
             continue

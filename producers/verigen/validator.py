@@ -59,6 +59,7 @@ _STEP_PARAMS = {
     "sleep": (),
     "activate_window": ("window_name",),
     "close_window": ("window_name",),
+    "sb_touch": ("path", "text"),
 }
 _GETTER_KEYS = {
     "vm_file": ("path",),
@@ -68,6 +69,7 @@ _GETTER_KEYS = {
     "vm_command_line": ("command",),
     "vm_command_error": ("command",),
     "list_directory": ("path",),
+    "tex_check": ("path",),
 }
 CHECKS = ("schema", "vocabulary", "judge_source", "solution", "setup", "untouched", "solved")
 

@@ -41,12 +41,16 @@ _OBSERVATION_SETUP = {
     "mousepad": _launch(["mousepad"], "mousepad", 0.5),
     "calc": _launch(["soffice", "--calc", "--norestore", "--nologo"], "libreoffice", 2.0),
     "writer": _launch(["soffice", "--writer", "--norestore", "--nologo"], "libreoffice", 2.0),
+    "texstudio": _launch(["texstudio"], "texstudio", 2.0),
+    "vscode": _launch(["code"], "Code", 3.0),
 }
 _RELATED = {
     "terminal": ["terminal"],
     "mousepad": ["mousepad"],
     "calc": ["libreoffice_calc"],
     "writer": ["libreoffice_writer"],
+    "texstudio": ["texstudio"],
+    "vscode": ["vs_code"],
 }
 
 

@@ -265,7 +265,11 @@ def build(node, depth, compact=False):
 
 def main():
     """Dump every application's tree under one `desktop-frame` root to stdout."""
+    global MAX_DEPTH
     compact = "--compact" in sys.argv[1:]
+    for arg in sys.argv[1:]:
+        if arg.startswith("--depth="):  # ScienceBoard's /opt: a shallower tree for some apps
+            MAX_DEPTH = int(arg[len("--depth=") :])
     for prefix, uri in NS.items():
         ET.register_namespace(prefix, uri)
     pyatspi.setTimeout(2000, 15000)

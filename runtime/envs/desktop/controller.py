@@ -294,6 +294,36 @@ class DesktopController:
                 return False
             await asyncio.sleep(0.1)
 
+    # -- ScienceBoard's additions (scienceboard_routes.py) ------------------------------
+    async def read_text(self, path: str) -> str:
+        """A text file's contents (ScienceBoard's /read: UTF-8, newlines as \\n)."""
+        r = await self._request("GET", "/read", idempotent=True, params={"path": path})
+        return self._check(r, f"read {path}").text
+
+    async def write_text(self, path: str, content: str, append: bool = False) -> None:
+        """Write (or append) text to a file on the desktop (ScienceBoard's /write, /append)."""
+        route = "/append" if append else "/write"
+        r = await self._request(
+            "POST", route, idempotent=not append, json={"path": path, "content": content}
+        )
+        self._check(r, f"{route[1:]} {path}")
+
+    async def set_a11y_depth(self, depth: int) -> None:
+        """Make accessibility trees at most `depth` deep (ScienceBoard's /opt)."""
+        r = await self._request("POST", "/opt", idempotent=True, json={"depth": depth})
+        self._check(r, "opt")
+
+    async def tex_check(self, path: str, file: str = "main", bibtex: bool = False) -> dict:
+        """Compile `path/file.tex` (bibtex too when asked): {"pass": bool, "log"?: str}."""
+        r = await self._request(
+            "POST",
+            "/tex/check",
+            idempotent=True,
+            wait=max(self.timeout, 4 * 130),
+            json={"path": path, "file": file, "bibtex": bibtex},
+        )
+        return self._check(r, "tex/check").json()
+
     async def reset_desktop(self) -> dict:
         """Kill every app, release input and restore the home skeleton (fast; services stay)."""
         r = await self._request("POST", "/scalecua/reset", idempotent=True)

@@ -24,7 +24,9 @@ __all__ = [
     "DownloadError",
     "directory_tree",
     "download",
+    "append_text",
     "open_command",
+    "read_text",
     "write_bytes",
 ]
 
@@ -48,6 +50,18 @@ def write_bytes(path: Path, data: bytes) -> int:
         Path(tmp).unlink(missing_ok=True)
         raise
     return len(data)
+
+
+def read_text(path: Path) -> str:
+    """A text file's contents, read as Python's text mode does (UTF-8, newlines as \\n)."""
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def append_text(path: Path, text: str) -> int:
+    """Append `text` to `path` (UTF-8; created if missing); return the characters written."""
+    with open(path, "a", encoding="utf-8") as f:
+        return f.write(text)
 
 
 def download(url: str, path: Path) -> int:

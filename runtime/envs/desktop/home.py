@@ -6,11 +6,12 @@ run, so an OSWorld task's keystrokes reach the document and its checks read the 
 files: LibreOffice (no Tip of the Day, no what's-new bar, no "Keep current format"
 question on saving a non-ODF file, no autosave), VLC (no privacy question; the HTTP
 interface on with the password OSWorld's getters use), GIMP (an image's colour profile
-kept, without asking), and the default video player (GNOME Videos, as on Ubuntu; an
-OSWorld task asks to make VLC the default). Thunderbird's first-run defaults are the
-desktop's system preferences instead (init.py), because tasks unpack profiles of their own;
-the browser's profile is past its first run too (chrome.py), and VS Code's user and
-extensions folders exist (vscode.py).
+kept, without asking), TeXstudio (no session restored, no LaTeX-configuration check at
+start, no LanguageTool server started or asked), and the default video player (GNOME
+Videos, as on Ubuntu; an OSWorld task asks to make VLC the default). Thunderbird's
+first-run defaults are the desktop's system preferences instead (init.py), because tasks
+unpack profiles of their own; the browser's profile is past its first run too (chrome.py),
+and VS Code's user and extensions folders exist (vscode.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,20 @@ _SETTINGS = {
         "[core]\nextraintf=http\n"
     ),
     ".config/GIMP/2.10/gimprc": "(color-profile-policy keep)\n",
+    # TeXstudio takes the rest from its defaults and writes them all back on exit. Its editor
+    # settings stay as shipped (ScienceBoard's VM sets none); Debian's build has autosave and
+    # update checks off already, written down here so that another build keeps them off.
+    ".config/texstudio/texstudio.ini": (
+        "[texmaker]\n"
+        "Files\\RestoreSession=false\n"  # open only the files a task names
+        "Files\\Autosave=0\n"
+        "Update\\AutoCheck=false\n"
+        "Startup\\CheckLatexConfiguration=false\n"  # a dialog if it finds no pdflatex
+        # Grammar: LanguageTool (a Java server on localhost:8081) neither started nor asked;
+        # the built-in word checks stay.
+        "Grammar\\Language%20Tool%20Autorun=false\n"
+        "Grammar\\Language%20Tool%20URL=\n"
+    ),
     ".config/mimeapps.list": "[Default Applications]\n"
     + "".join(
         f"video/{kind}=org.gnome.Totem.desktop\n"

@@ -39,16 +39,26 @@ from runtime.envs.desktop.browser_net import GATEWAY_PORT, BrowserGateway, add_r
 from runtime.envs.desktop.forward import PortForwarder
 from runtime.envs.desktop.home import restore_home
 from runtime.envs.desktop.namespaces import AgentSide, AgentSideError
+from runtime.envs.desktop.scienceboard_routes import add_scienceboard_routes
 from runtime.envs.desktop.session import DesktopSession
 from runtime.envs.desktop.xinput import XInput
 
-__all__ = ["A11Y_TIMEOUT", "DesktopServer", "EXECUTE_TIMEOUT", "HOME", "RUN_DIR", "main"]
+__all__ = [
+    "A11Y_DEPTH",
+    "A11Y_TIMEOUT",
+    "DesktopServer",
+    "EXECUTE_TIMEOUT",
+    "HOME",
+    "RUN_DIR",
+    "main",
+]
 
 log = logging.getLogger("runtime.envs.desktop.server")
 
 HOME = commands.HOME
 EXECUTE_TIMEOUT = 120.0  # OSWorld's default for /execute
 A11Y_TIMEOUT = 60.0
+A11Y_DEPTH = 50  # OSWorld's MAX_DEPTH
 _A11Y_SCRIPT = Path(__file__).with_name("a11y_dump.py")
 _SYSTEM_PYTHON = "/usr/bin/python3"  # the only interpreter that can import Debian's pyatspi
 _ALREADY_OPEN_SECONDS = 3.0  # open_file: then a window already titled with the file will do
@@ -69,6 +79,7 @@ class DesktopServer:
         assert session.agent is not None, "start the session first"
         self.agent: AgentSide = session.agent
         self.forwarder = PortForwarder(self.agent)
+        self.a11y_depth = A11Y_DEPTH  # ScienceBoard's /opt sets it
 
     # -- plumbing -----------------------------------------------------------------------
     def app(self) -> web.Application:
@@ -157,6 +168,7 @@ class DesktopServer:
             _SYSTEM_PYTHON,
             str(_A11Y_SCRIPT),
             *(["--compact"] if compact else []),
+            f"--depth={self.a11y_depth}",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=self.session.env,
@@ -514,6 +526,7 @@ async def _serve(args: argparse.Namespace) -> int:
     server = DesktopServer(session, token)
     app = server.app()
     add_relay_routes(app, session.agent.socket)
+    add_scienceboard_routes(app, server)
     await gateway.start()
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -2,7 +2,8 @@
 
 OSWorld keeps its tasks as `examples/<domain>/<id>.json` and lists a benchmark's tasks in an
 index such as `test_all.json` (`{"<domain>": ["<id>", ...]}`). A task read from a file is
-known by its **key**, `<folder>/<file name without .json>`: for OSWorld `<domain>/<id>`,
+known by its **key**, `<folder>/<file name without .json>` (for a ScienceBoard task
+`<app>/<id>`, see scienceboard.py): for OSWorld `<domain>/<id>`,
 the pair OSWorld itself names a task's results by. The key, not the task JSON's `id` (which
 stays as written), is what the compacted `tasks` topic, requests and rewards carry, so two
 tasks that share an id in different domains (11 OSWorld ids are both a chrome and a
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.model import Task, load_task
+from runtime.envs.tasks.scienceboard import scienceboard_domain
 from runtime.errors import ConfigError, TaskError
 
 __all__ = [
@@ -90,9 +92,12 @@ def _read(path: Path, domain: str) -> TaskFile:
     if not path.is_file():
         return TaskFile(key, domain, path, error=f"no task file {path}")
     try:
-        return TaskFile(key, domain, path, load_task(path))
+        task = load_task(path)
     except TaskError as exc:
         return TaskFile(key, domain, path, error=str(exc))
+    if task.native is not None:  # ScienceBoard: its Raw and Dual variants are apart from VM's
+        domain = scienceboard_domain(task.native, path.resolve().parent.parent.name)
+    return TaskFile(f"{domain}/{path.stem}", domain, path, task)
 
 
 def is_task_file(path: Path) -> bool:

@@ -40,6 +40,7 @@ from runtime.envs.tasks.accounts import ACCOUNT_GETTERS, ACCOUNT_STEPS
 from runtime.envs.tasks.catalog import TaskFile
 from runtime.envs.tasks.files.urls import task_files
 from runtime.envs.tasks.model import Task
+from runtime.envs.tasks.scienceboard import live_web_named
 from runtime.envs.tasks.support import unsupported_parts
 
 __all__ = [
@@ -165,8 +166,10 @@ def apps_needed(task: Task) -> tuple[dict[str, tuple[App, str]], list[str]]:
 
 def live_web_urls(task: Task) -> list[str]:
     """The live-web URLs a task opens in the browser (hosts mapped to local servers by
-    `SCALECUA_BROWSER_HOSTS` are not live web); see runtime/envs/tasks/web.py."""
-    return web.live_web_urls(task, HostMap.from_env())
+    `SCALECUA_BROWSER_HOSTS` are not live web), or, for a ScienceBoard task, the web services
+    its instruction sends the agent to; see runtime/envs/tasks/web.py."""
+    named = live_web_named(task.instruction) if task.native is not None else []
+    return [*web.live_web_urls(task, HostMap.from_env()), *named]
 
 
 def accounts_needed(task: Task) -> list[str]:

@@ -86,7 +86,9 @@ def decided_by_actions(task: Task, actions: list[dict[str, Any]]) -> Evaluation 
         if ends_with_fail(actions):
             return Evaluation(1.0, "fail_on_infeasible", [FuncScore("infeasible", 1.0)])
         return Evaluation(0.0, "no_fail_on_infeasible", [FuncScore("infeasible", 0.0)])
-    if ends_with_fail(actions):
+    # ScienceBoard checks the state whatever the agent ended with, and checks the ending
+    # itself only where the task says which (`sb_stop`: some tasks expect FAIL).
+    if ends_with_fail(actions) and task.native is None:
         return Evaluation(0.0, "fail_action")
     return None
 

@@ -3,16 +3,19 @@
 A task file is the JSON OSWorld publishes (`id`, `snapshot`, `instruction`, `source`,
 `config`, `related_apps`, `evaluator` with `postconfig`, `func`, `result`, `expected`,
 `options`, `conj`). Unknown fields are kept in `extra` so that a task survives a round
-trip; malformed files raise TaskError naming the file and the field.
+trip; malformed files raise TaskError naming the file and the field. A ScienceBoard task
+JSON is read in OSWorld's shape (scienceboard.py) and keeps its own as `native`, which is
+what `to_dict` gives back.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from runtime.envs.tasks.scienceboard import is_scienceboard, to_osworld
 from runtime.errors import TaskError
 
 __all__ = ["Evaluator", "Task", "load_task"]
@@ -104,12 +107,17 @@ class Task:
     related_apps: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown fields, kept verbatim
     base_dir: Path | None = None  # where `local_path` and relative file:// URLs resolve
+    native: dict[str, Any] | None = None  # the JSON as written, when not OSWorld's (ScienceBoard)
 
     @classmethod
     def from_dict(cls, raw: Any, base_dir: Path | None = None, where: str = "task") -> Task:
         """Build a Task from parsed OSWorld JSON, raising TaskError on a malformed shape."""
         if not isinstance(raw, dict):
             raise TaskError(f"{where}: a task must be a JSON object")
+        if is_scienceboard(raw):
+            osworld = to_osworld(raw, _id_from(where), where)
+            task = cls.from_dict(osworld, base_dir, where)
+            return replace(task, native=raw)
         for key in ("id", "instruction", "evaluator"):
             if key not in raw:
                 raise TaskError(f"{where}: missing required field `{key}`")
@@ -135,7 +143,9 @@ class Task:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """Return the task in OSWorld's JSON shape (base_dir is not part of it)."""
+        """Return the task as its JSON: OSWorld's shape, or the native one it was read from."""
+        if self.native is not None:
+            return dict(self.native)
         out: dict[str, Any] = {
             "id": self.id,
             "snapshot": self.snapshot,
@@ -159,6 +169,12 @@ def load_task(path: str | Path) -> Task:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TaskError(f"{path}: not a readable JSON file ({exc})") from exc
     return Task.from_dict(raw, base_dir=path.resolve().parent, where=str(path))
+
+
+def _id_from(where: str) -> str:
+    """A ScienceBoard task's id (it has none in its JSON): its file's name, or its key's last part."""
+    name = where.replace("\\", "/").rsplit("/", 1)[-1]
+    return name[: -len(".json")] if name.endswith(".json") else name or "task"
 
 
 def _per_func(value: Any, listed: bool, n: int, name: str, where: str) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +83,38 @@ def test_index_needs_a_folder_of_tasks(tmp_path: Path) -> None:
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert run.returncode == 2 and "--index goes with --tasks DIR" in run.stderr, run.stderr
+
+
+def test_eval_of_a_scienceboard_folder_prints_its_per_app_table(tmp_path: Path) -> None:
+    """A folder of ScienceBoard's task JSON needs no index: its runnable tasks are played and
+    its per-app table printed (the scripted policy says FAIL: the document still does not
+    compile, the question is not answered)."""
+    scienceboard = Path(__file__).resolve().parents[2] / "data" / "scienceboard" / "VM"
+    folder = tmp_path / "VM"
+    for name in ("TeXstudio/C-06", "TeXstudio/D-01", "KAlgebra/A-01"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(scienceboard / f"{name}.json", folder / f"{name}.json")
+    env = {**os.environ, "SCALECUA_HOME": str(tmp_path / "home")}
+    env.pop("SCALECUA_BOOTSTRAP", None)
+    run = subprocess.run(
+        [sys.executable, "-m", "cli", "eval", "--policy", "scripted", "--tasks", str(folder),
+         "--desktops", "2", "--max-steps", "2"],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result["benchmark_name"] == "ScienceBoard"
+    outcomes = {o["task_id"]: (o["id"], o["score"]) for o in result["outcomes"]}
+    assert outcomes == {"TeXstudio/C-06": ("C-06", 0.0), "TeXstudio/D-01": ("D-01", 0.0)}
+    table = result["benchmark"]
+    assert set(table["categories"]) == {"Doc", "Algebra"}
+    doc = table["categories"]["Doc"]
+    assert (doc["tasks"], doc["runnable"], doc["played"], doc["passed"]) == (2, 2, 2, 0)
+    assert (table["categories"]["Algebra"]["tasks"], table["categories"]["Algebra"]["played"]) == (
+        1,
+        0,
+    )
+    (skipped,) = result["not_run"]
+    assert skipped["task_id"] == "KAlgebra/A-01"
+    printed = [line.split()[:5] for line in run.stderr.splitlines()]
+    assert ["Doc", "2", "2", "2", "0"] in printed and ["Overall", "3", "2", "2", "0"] in printed

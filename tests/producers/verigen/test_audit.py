@@ -166,3 +166,23 @@ def test_audit_filter_moves_flagged_tasks_of_the_topic_out_of_training(
         "checks": ["near_duplicate"],
         "benchmark": ["terminal/rename.json"],
     }
+
+
+def test_scienceboard_tasks_are_in_the_benchmark_the_audit_reads(offline_embedder: None) -> None:
+    """ScienceBoard's task JSON (no `evaluator`, no `id`) is audited in OSWorld's shape: a
+    training task that copies one's instruction and checks is flagged."""
+    folder = Path(__file__).resolve().parents[2] / "data" / "scienceboard"
+    benchmark, skipped = load_task_folder(folder)
+    assert len(benchmark) == 24 and skipped == []
+    c06 = next(t for t in benchmark if t["_path"] == "VM/TeXstudio/C-06.json")
+    assert c06["id"] == "C-06" and c06["evaluator"]["func"] == ["sb_compile"]
+    copied = {k: v for k, v in copy.deepcopy(c06).items() if k != "_path"} | {"id": "copied"}
+    embedder = default_embedder()
+    pool = [copied, POOL[-1]]
+    report = audit(
+        pool, benchmark,
+        embedder.encode([t["instruction"] for t in pool]),
+        embedder.encode([t["instruction"] for t in benchmark]),
+    )  # fmt: skip
+    assert set(report.findings) == {"copied"}
+    assert {"full_json", "instruction"} <= set(report.findings["copied"])

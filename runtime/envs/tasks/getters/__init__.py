@@ -22,6 +22,7 @@ from runtime.envs.tasks.getters import (
     impress,
     info,
     rules,
+    scienceboard,
     vlc,
     vscode,
 )
@@ -46,6 +47,7 @@ GETTERS: dict[str, Getter] = {
     **accounts.GETTERS,
     **gimp.GETTERS,
     **vlc.GETTERS,
+    **scienceboard.GETTERS,
     **impress.GETTERS,
     **chrome.GETTERS,
     **chrome_profile.GETTERS,

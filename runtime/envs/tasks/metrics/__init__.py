@@ -20,6 +20,7 @@ from runtime.envs.tasks.metrics import (
     images,
     ocr,
     pdf,
+    scienceboard,
     settings,
     slides,
     thunderbird,
@@ -53,12 +54,15 @@ METRICS: dict[str, Callable[..., float]] = {
     **pdf.METRICS,
     **settings.METRICS,
     **chrome.METRICS,
+    **scienceboard.METRICS,
 }
 
 # Names known, but that cannot run on this host, with the reason (coverage says it; the
-# metric raises TaskError saying it): OCR needs Tesseract installed.
+# metric raises TaskError saying it): OCR needs Tesseract installed; ScienceBoard's checks
+# of its patched apps need those builds.
 UNAVAILABLE_METRICS: dict[str, str] = {
-    name: reason for name, reason in [("compare_image_text", ocr.ocr_unavailable())] if reason
+    **{name: reason for name, reason in [("compare_image_text", ocr.ocr_unavailable())] if reason},
+    **scienceboard.UNAVAILABLE,
 }
 
 

@@ -131,3 +131,30 @@ def test_every_related_app_osworld_names_is_known() -> None:
         "browser ubuntu_media_player libreoffice OS Chrome picard"
     ).split() + ["libreoffice calc"]
     assert [n for n in names if app_named(n) is None] == []
+
+
+def test_scienceboards_apps_by_type_and_by_the_commands_its_tasks_launch() -> None:
+    types = "TeXstudio GrassGIS KAlgebra ChimeraX Celestia Lean".split()
+    assert [app_named(t).name for t in types] == [
+        "texstudio", "grass", "kalgebra", "chimerax", "celestia", "lean"
+    ]  # fmt: skip
+    lines = [
+        ("texstudio /home/user/atelier/refs.bib /home/user/atelier/main.tex", ["texstudio"]),
+        ("LD_LIBRARY_PATH=/home/user/6.5.0/gcc_64/lib /app/bin/kalgebra «PORTLIKE»", ["kalgebra"]),
+        ("LD_LIBRARY_PATH=/home/user/6.5.0/gcc_64/lib /app/bin/celestia-qt6 «PORTLIKE»",
+         ["celestia"]),
+        (["chimerax", "--cmd", "remotecontrol rest start json true port «PORTLIKE»"], ["chimerax"]),
+        ('gnome-terminal -- /bin/bash -ic "FLASK_PORT=8000 grass --gui /home/user/grassdata/w/PERMANENT"',
+         ["os", "grass"]),
+        ("bash -c", []),
+    ]  # fmt: skip
+    for command, apps in lines:
+        assert [a.name for a in apps_in_command(command)] == apps, command
+    # They claim no file types: a .tex or .bib opens in the text editor, as on OSWorld's VM.
+    assert app_for_file("/home/user/Documents/Novels/chapter.tex") is None
+    assert (
+        opener_for("/home/user/Desktop/references.bib", is_folder=False).app.name == "text_editor"
+    )
+    for name in ("chimerax", "celestia", "lean"):
+        why = missing_app(APPS[name])
+        assert why is not None and why.startswith(f"{name} cannot be had here: ")
