@@ -39,7 +39,6 @@ APT_PACKAGES+=(
   python3-uno   # tests edit a running Calc through UNO (as its menus would) before it saves
   libglib2.0-bin gsettings-desktop-schemas dconf-gsettings-backend   # gsettings, as on the VM
   tesseract-ocr tesseract-ocr-eng   # OCR and its English model: the compare_image_text metric
-  g++ make pkg-config libkrb5-dev   # code-server's native modules build here, once (below)
 )
 # ScienceBoard's TeXstudio tasks (apps.py names the app): the editor, and the TeX Live sets
 # their documents' preambles load, which their `compile` check builds with pdflatex. About
@@ -64,16 +63,42 @@ if [ "$DEV" -eq 1 ]; then
   APT_PACKAGES+=(iproute2)
 fi
 
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
+# What the steps below build with (code-server's native modules) is installed first; the
+# rest (the desktops' apps, TeX Live: minutes of unpacking) installs in the background while
+# the virtualenvs and code-server are built, and is waited for at the end.
+BUILD_PACKAGES=(g++ make pkg-config libkrb5-dev)
+missing_of() {
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done
+}
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@"
+}
+mapfile -t missing < <(missing_of "${BUILD_PACKAGES[@]}" "${APT_PACKAGES[@]}")
+APT_PID=""
+APT_LOG="$(mktemp)"
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "[install] apt: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  mapfile -t build < <(missing_of "${BUILD_PACKAGES[@]}")
+  if [ "${#build[@]}" -gt 0 ]; then apt_install "${build[@]}" >/dev/null; fi
+  mapfile -t rest < <(missing_of "${APT_PACKAGES[@]}")
+  if [ "${#rest[@]}" -gt 0 ]; then
+    apt_install "${rest[@]}" >"$APT_LOG" 2>&1 &
+    APT_PID=$!
+  fi
 fi
+wait_apt() {
+  if [ -n "$APT_PID" ]; then
+    if ! wait "$APT_PID"; then
+      tail -n 40 "$APT_LOG" >&2
+      echo "[install] apt-get install failed (its last lines above)" >&2
+      exit 1
+    fi
+    APT_PID=""
+    echo "[install] apt: done"
+  fi
+}
 
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -138,4 +163,6 @@ fi
 if [ "$DEV" -eq 1 ] && [ -f infra/install_vllm.sh ]; then
   bash infra/install_vllm.sh
 fi
+wait_apt
+rm -f "$APT_LOG"
 echo "[install] done: $(.venv/bin/scalecua --version 2>/dev/null || echo scalecua)"
