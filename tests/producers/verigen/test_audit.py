@@ -173,7 +173,7 @@ def test_scienceboard_tasks_are_in_the_benchmark_the_audit_reads(offline_embedde
     training task that copies one's instruction and checks is flagged."""
     folder = Path(__file__).resolve().parents[2] / "data" / "scienceboard"
     benchmark, skipped = load_task_folder(folder)
-    assert len(benchmark) == 24 and skipped == []
+    assert len(benchmark) == len(list(folder.rglob("*.json"))) and skipped == []
     c06 = next(t for t in benchmark if t["_path"] == "VM/TeXstudio/C-06.json")
     assert c06["id"] == "C-06" and c06["evaluator"]["func"] == ["sb_compile"]
     copied = {k: v for k, v in copy.deepcopy(c06).items() if k != "_path"} | {"id": "copied"}
