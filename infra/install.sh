@@ -51,6 +51,13 @@ APT_PACKAGES+=(
   texlive-science             # bussproofs, the type-theory rules of a task (3.7 / 19 MB)
   texlive-fonts-extra         # kpfonts and beramono, two tasks' fonts (509 MB / 1.4 GB)
 )
+# ScienceBoard's KAlgebra tasks: Debian's stock KAlgebra 22.12 (Qt 5, QtWebEngine) and its
+# engine's command line, calgebra, which their `eqn` checks evaluate plots with (apps.py,
+# getters/kalgebra.py). 126 packages on a machine with the sets above: 69 MB to download,
+# 277 MB installed, about 1.5 min here.
+APT_PACKAGES+=(
+  kalgebra                    # 22.12.3; ships calgebra
+)
 
 # Containers (infra/containers.sh, Docker desktops, their tests): the engine, and mmdebstrap for
 # the Debian rootfs every image starts from. Where no daemon runs, containers.sh starts one

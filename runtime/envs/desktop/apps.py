@@ -137,7 +137,8 @@ APPS: dict[str, App] = {
         # ScienceBoard's apps, by its tasks' `type`.
         App("texstudio", ("texstudio", "pdflatex"), _TEX_PACKAGES, ("texstudio",),
             opener=("texstudio",), window_class="TeXstudio"),
-        App("kalgebra", ("kalgebra",), ("kalgebra",), ("kalgebra", "/app/bin/kalgebra")),
+        App("kalgebra", ("kalgebra", "calgebra"), ("kalgebra",), ("kalgebra", "/app/bin/kalgebra"),
+            window_class="kalgebra"),
         App("grass", ("grass",), ("grass-core", "grass-gui"), ("grass",),
             aliases=("grassgis", "grass gis")),
         App("chimerax", ("chimerax",), commands=("chimerax",), unavailable=(

@@ -15,6 +15,10 @@
   in a network of its own, its profile where OSWorld's tasks read Chrome's).
 - `code`: VS Code, written by vscode.py (code-server's workbench in a Chromium app window,
   its settings and extensions where OSWorld's getters read VS Code's).
+- `kalgebra`: Debian's KAlgebra with its accessibility on: Qt's bridge always on (no
+  desktop session asks for it), and the calculator's log, a QtWebEngine page, exposed too
+  (`--force-renderer-accessibility`; the engine's sandbox off, since a desktop runs as root).
+  ScienceBoard's checks of KAlgebra read the Variables and Functions panels and that log.
 
 LibreOffice needs no wrapper: it finds a running instance through a pipe in /tmp, and
 each desktop has its own /tmp, so its default profile (~/.config/libreoffice) is right.
@@ -41,6 +45,12 @@ _VLC = Path(__file__).with_name("vlc_launch.py")
 _XTERM = f"""#!/bin/sh
 mkdir -p {TERMINAL_LOG_DIR}
 exec /usr/bin/xterm -u8 -l -lf "{TERMINAL_LOG_DIR}/$(date +%s%N)-$$.log" "$@"
+"""
+
+_KALGEBRA = """#!/bin/sh
+export QT_LINUX_ACCESSIBILITY_ALWAYS_ON=1 QTWEBENGINE_DISABLE_SANDBOX=1
+export QTWEBENGINE_CHROMIUM_FLAGS="${QTWEBENGINE_CHROMIUM_FLAGS:+$QTWEBENGINE_CHROMIUM_FLAGS }--force-renderer-accessibility"
+exec /usr/bin/kalgebra "$@"
 """
 
 _GNOME_TERMINAL = """#!/bin/sh
@@ -100,6 +110,7 @@ def write_wrappers(bin_dir: Path) -> None:
         # No sound card in a desktop: VLC's dummy audio output plays in real time, silently.
         "vlc": f'#!/bin/sh\nexec /usr/bin/python3 -I {shlex.quote(str(_VLC))} --aout=adummy "$@"\n',
         "cvlc": '#!/bin/sh\nexec vlc -I dummy "$@"\n',
+        "kalgebra": _KALGEBRA,
     }
     for name, text in scripts.items():
         path = bin_dir / name

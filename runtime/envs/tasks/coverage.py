@@ -40,7 +40,7 @@ from runtime.envs.tasks.accounts import ACCOUNT_GETTERS, ACCOUNT_STEPS
 from runtime.envs.tasks.catalog import TaskFile
 from runtime.envs.tasks.files.urls import task_files
 from runtime.envs.tasks.model import Task
-from runtime.envs.tasks.scienceboard import live_web_named
+from runtime.envs.tasks.scienceboard import live_web_named, vm_data_needed
 from runtime.envs.tasks.support import unsupported_parts
 
 __all__ = [
@@ -209,6 +209,9 @@ def assess(
         elif not ref.is_url and not _in_folder(ref.source, task):
             reasons.append(Reason("file", f"{ref.source} is not in the task's folder "
                                   f"({ref.where})", "file not in the task folder"))  # fmt: skip
+    if task.native is not None:
+        for path, what in vm_data_needed(task.native):
+            reasons.append(Reason("file", f"needs {path}: {what}", "ScienceBoard VM data"))
     for url in live_web_urls(task):
         reasons.append(Reason("web", f"needs the live web: {url}", "live web", url))
     for where in accounts_needed(task):

@@ -14,7 +14,7 @@ the log treat both benchmarks alike; the original stays the task's JSON on the l
 | ScienceBoard | OSWorld shape |
 |---|---|
 | `touch` {path, text} | setup `sb_touch` |
-| `launch`/`execute` {command, shell} | OSWorld's `launch`/`execute` («PORTLIKE» is 8000, as in ScienceBoard) |
+| `launch`/`execute` {command, shell} | OSWorld's `launch`/`execute` («PORTLIKE» is 8000, as in ScienceBoard; a patched build's command line is the stock app's, `STOCK_COMMANDS`) |
 | `wait` on any step | a `sleep` step after it |
 | `opt` {depth} | setup `sb_opt` (the depth of accessibility trees) |
 | any other func (`tab`, `map`, `chimerax_open`, ...) | setup `sb_<app>_<func>` (an app's own step: `sb_kalgebra_tab`, `sb_chimerax_open`) |
@@ -22,7 +22,9 @@ the log treat both benchmarks alike; the original stays the task's JSON on the l
 | TeXstudio `file` {path, source, target} | metric `sb_file`: the file equals the text `touch` wrote, `source` replaced by `target` |
 | TeXstudio `include` {path, pattern} | metric `sb_include`: the regex is found in the file |
 | TeXstudio `compile` {path, file} | metric `sb_compile`: pdflatex (and bibtex when a `.bib` was written) succeeds |
-| any other app's check (`info`, `eqn`, `db`, ChimeraX's `file`, ...) | metric `sb_<app>_<type>` (`sb_kalgebra_eqn`) |
+| KAlgebra `var`/`val` {key, value} | metric `sb_kalgebra_var`/`sb_kalgebra_val`, result getter `kalgebra_state` {vars: [key]} |
+| KAlgebra `eqn` {key: points or `#SIZE`, value} | metric `sb_kalgebra_eqn`, result getter `kalgebra_state` {points}; on 3D points `sb_kalgebra_eqn3d`, with a `color` `sb_kalgebra_color` (what the stock app does not show) |
+| any other app's check (`info`, `eqn`, `db`, ChimeraX's `file`, ...) | metric `sb_<app>_<type>` (`sb_chimerax_info`) |
 
 ScienceBoard's ANS compares the answer split at single blanks with `args`. Every evaluate item
 becomes one metric, combined with `conj: and`, ScienceBoard's all-must-pass. Pure: no I/O.
@@ -31,6 +33,7 @@ becomes one metric, combined with `conj: and`, ScienceBoard's all-must-pass. Pur
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
 
@@ -40,9 +43,12 @@ __all__ = [
     "APP_OF_TYPE",
     "PORT",
     "SORTS",
+    "STOCK_COMMANDS",
+    "VM_DATA",
     "WEB_SERVICES",
     "is_scienceboard",
     "live_web_named",
+    "vm_data_needed",
     "scienceboard_domain",
     "to_osworld",
 ]
@@ -65,8 +71,24 @@ _LAUNCHED = re.compile(
     r"(?:^|[\s/\"'])(texstudio|chimerax|kalgebra|grass|celestia(?:-qt6)?|code|lake|lean)(?=$|[\s\"'])"
 )
 _APP_OF_PROGRAM = {"code": "vs_code", "lake": "lean", "celestia-qt6": "celestia"}
+# The patched builds ScienceBoard's `launch` steps start, by path, -> the stock app on a
+# desktop's PATH (its wrapper, runtime/envs/desktop/wrappers.py, sets what the app needs).
+# The build's library path before it and its port argument («PORTLIKE») after it go: they
+# belong to the build's HTTP server, which the stock app has not.
+STOCK_COMMANDS = {"/app/bin/kalgebra": "kalgebra"}
+_PATCHED_LAUNCH = re.compile(
+    r"(?:LD_LIBRARY_PATH=\S*\s+)?("
+    + "|".join(map(re.escape, STOCK_COMMANDS))
+    + r")(?:\s+«PORTLIKE»)?"
+)
 # Web services an instruction sends the agent to (the desktops here reach only loopback).
 WEB_SERVICES = {"Google Scholar": "https://scholar.google.com"}
+# Data ScienceBoard's VM image holds that no task writes, by the path its tasks use.
+VM_DATA = {
+    "/home/user/grassdata": "GRASS's sample locations (world_latlong_wgs84, natural_earth_dataset, "
+    "grassdata_piemonte_utm32n_wgs84_grass7), downloaded by hand into ScienceBoard's VM image "
+    "and in neither its repository nor a registry here",
+}
 _REQUIRED = ("type", "sort", "instruction", "initialize", "evaluate")
 _GENERIC = ("touch", "opt")  # every app's steps besides launch and execute
 _APP_PREFIXES = {t.lower() for t in APP_OF_TYPE}
@@ -135,6 +157,12 @@ def live_web_named(instruction: str) -> list[str]:
     return [url for name, url in WEB_SERVICES.items() if name in instruction]
 
 
+def vm_data_needed(raw: dict[str, Any]) -> list[tuple[str, str]]:
+    """The VM image's data a task's steps use, as (path, what it is), each once."""
+    steps = json.dumps(raw.get("initialize", []), ensure_ascii=False)
+    return [(path, what) for path, what in VM_DATA.items() if path in steps]
+
+
 def _apps_launched(initialize: list[Any]) -> list[str]:
     """The apps the task's `launch` steps start, by their apps.py names, in order."""
     found: list[str] = []
@@ -183,8 +211,16 @@ def _steps(item: dict[str, Any], app: str, where: str) -> list[dict[str, Any]]:
 
 def _fill_port(command: str | list[Any]) -> str | list[Any]:
     if isinstance(command, str):
-        return command.replace(_PORTLIKE, PORT)
+        return _stock(command).replace(_PORTLIKE, PORT)
+    if command and isinstance(command[0], str) and command[0] in STOCK_COMMANDS:
+        rest = command[2:] if command[1:2] == [_PORTLIKE] else command[1:]
+        command = [STOCK_COMMANDS[command[0]], *rest]
     return [c.replace(_PORTLIKE, PORT) if isinstance(c, str) else c for c in command]
+
+
+def _stock(line: str) -> str:
+    """A shell line with each patched build's command replaced by the stock app's."""
+    return _PATCHED_LAUNCH.sub(lambda m: STOCK_COMMANDS[m.group(1)], line)
 
 
 def _check(
@@ -204,6 +240,8 @@ def _check(
         if not isinstance(stop_args, list) or not all(isinstance(a, str) for a in stop_args):
             raise TaskError(f"{where} (stop): `args` must be a list of strings")
         return "sb_stop", {"type": "agent_stop"}, _rule({"value": value, "args": stop_args})
+    if app == "KAlgebra" and kind in ("var", "val", "eqn"):
+        return _kalgebra(kind, args, where)
     if app != "TeXstudio":
         return f"sb_{app.lower()}_{kind}", None, _rule(args)
     if kind in ("file", "include", "compile") and not isinstance(args.get("path"), str):
@@ -226,6 +264,32 @@ def _check(
         getter = {"type": "tex_check", "path": args["path"], "file": args["file"], "bibtex": bibtex}
         return "sb_compile", getter, _rule({})
     raise TaskError(f"{where}: TeXstudio has no check `{kind}` (file, include, compile, stop)")
+
+
+def _kalgebra(
+    kind: str, args: dict[str, Any], where: str
+) -> tuple[str, dict[str, Any] | None, dict[str, Any]]:
+    """A KAlgebra check: read from the stock app by `kalgebra_state`, but for an `eqn` on 3D
+    points or on a plot's colour, which the stock app does not show (named apart, so that
+    coverage gives the reason)."""
+    key, value = args.get("key"), args.get("value")
+    if "value" not in args:
+        raise TaskError(f"{where} ({kind}) needs a `value`")
+    if kind in ("var", "val"):
+        if not isinstance(key, str):
+            raise TaskError(f"{where} ({kind}) needs a variable name as `key`")
+        return f"sb_kalgebra_{kind}", {"type": "kalgebra_state", "vars": [key]}, _rule(args)
+    if key == "#SIZE":
+        return "sb_kalgebra_eqn", {"type": "kalgebra_state"}, _rule(args)
+    if not isinstance(key, list) or not key or not all(isinstance(p, list) for p in key):
+        raise TaskError(f"{where} (eqn) needs `key`: a list of points, or #SIZE")
+    if not isinstance(value, dict):
+        raise TaskError(f"{where} (eqn) needs `value`: the expected entries")
+    if any(len(p) == 3 for p in key):
+        return "sb_kalgebra_eqn3d", None, _rule(args)
+    if "color" in value:
+        return "sb_kalgebra_color", None, _rule(args)
+    return "sb_kalgebra_eqn", {"type": "kalgebra_state", "points": key}, _rule(args)
 
 
 def _file(path: str) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from runtime.envs.tasks.metrics import (
     general,
     gimp,
     images,
+    kalgebra,
     ocr,
     pdf,
     scienceboard,
@@ -55,6 +56,7 @@ METRICS: dict[str, Callable[..., float]] = {
     **settings.METRICS,
     **chrome.METRICS,
     **scienceboard.METRICS,
+    **kalgebra.METRICS,
 }
 
 # Names known, but that cannot run on this host, with the reason (coverage says it; the

@@ -9,6 +9,7 @@ items onto them), each 1.0 or 0.0 as ScienceBoard's pass or fail:
 
 The checks of ScienceBoard's patched apps read state through HTTP servers compiled into
 those builds; `UNAVAILABLE` says, per check, why it cannot be read from a stock app here.
+KAlgebra's are read from the stock app (metrics/kalgebra.py), but for two kinds of `eqn`.
 """
 
 from __future__ import annotations
@@ -30,11 +31,19 @@ UNAVAILABLE: dict[str, str] = {
     "sb_chimerax_states": _PATCHED.format(what="the models' states", app="ChimeraX"),
     "sb_chimerax_file": "needs ChimeraX (the files it writes, such as AlphaFold's "
     "predictions); UCSF distributes it only from its own site",
-    "sb_grassgis_info": _PATCHED.format(what="the GUI's layers and map display", app="GRASS GIS"),
-    "sb_grassgis_db": _PATCHED.format(what="the attribute query's result", app="GRASS GIS"),
-    "sb_kalgebra_eqn": _PATCHED.format(what="the plotted curves", app="KAlgebra"),
-    "sb_kalgebra_val": _PATCHED.format(what="a computed value", app="KAlgebra"),
-    "sb_kalgebra_var": _PATCHED.format(what="the session's variables", app="KAlgebra"),
+    "sb_grassgis_info": _PATCHED.format(what="the GUI's layers and map display", app="GRASS GIS")
+    + " (stock GRASS 8.2's accessibility tree has no layer entries, and the display's region "
+    "and layers' parameters are in memory only)",
+    "sb_grassgis_db": "not implemented: it would read the attribute table from the GRASS "
+    "database on disk (v.db.select, v.info -c), which holds nothing without the sample "
+    "locations the tasks start from",
+    # KAlgebra's var, val and 2D eqn checks read the stock app (metrics/kalgebra.py); these
+    # two eqn checks read what its accessibility tree does not show (scienceboard.py names them).
+    "sb_kalgebra_eqn3d": "the 3D Graph tab exposes only its input line to accessibility, not "
+    "the surface plotted (its expression, style or points), which ScienceBoard's patched "
+    "KAlgebra reports",
+    "sb_kalgebra_color": "KAlgebra's Functions panel does not expose a plot's colour to "
+    "accessibility, which ScienceBoard's patched KAlgebra reports",
     "sb_lean_placeholder": "needs Lean 4 and a lake build of ScienceBoard's Lean project; "
     "no registry here ships Lean",
 }

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from runtime.envs.tasks.model import Task
-from runtime.envs.tasks.setup import accounts, basic, chrome, scienceboard
+from runtime.envs.tasks.setup import accounts, basic, chrome, kalgebra, scienceboard
 from runtime.envs.tasks.setup.sources import CLIENT_PASSWORD, DESKTOP_HOME, fetch_source
 from runtime.envs.tasks.setup.step import STEP_OUTPUTS, Step
 from runtime.errors import TaskError
@@ -36,6 +36,7 @@ SETUP_STEPS: dict[str, Step] = {
     **accounts.STEPS,
     **chrome.STEPS,
     **scienceboard.STEPS,
+    **kalgebra.STEPS,
 }
 
 

@@ -1,7 +1,7 @@
 """ScienceBoard's own setup steps (scienceboard.py maps its `initialize` onto these):
-`touch` writes a text file, `opt` sets the depth of accessibility trees. The app steps of
-its patched apps (`sb_tab`, `sb_map`, `sb_chimerax_open`, ...) are not here: coverage
-names them, and the apps they need."""
+`touch` writes a text file, `opt` sets the depth of accessibility trees. KAlgebra's steps
+are in kalgebra.py; those of the other patched apps (`sb_grassgis_map`, `sb_chimerax_open`,
+...) are not here: coverage names them, and the apps they need."""
 
 from __future__ import annotations
 

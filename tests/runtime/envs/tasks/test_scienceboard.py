@@ -156,9 +156,10 @@ def test_coverage_runs_texstudio_tasks_and_says_why_not_for_the_rest():
     assert not chimerax.supported
     details = " | ".join(r.detail for r in chimerax.reasons)
     assert "sb_chimerax_open" in details and "chimerax is missing" in details
-    kalgebra = verdicts["KAlgebra/A-01"]
-    reasons = " | ".join(r.detail for r in kalgebra.reasons)
-    assert "sb_kalgebra_var" in reasons and UNAVAILABLE_METRICS["sb_kalgebra_var"] in reasons
+    surface = verdicts["KAlgebra/A-03"]  # a 3D plot: the stock app does not show it
+    reasons = " | ".join(r.detail for r in surface.reasons)
+    assert "sb_kalgebra_eqn3d" in reasons and UNAVAILABLE_METRICS["sb_kalgebra_eqn3d"] in reasons
+    assert "sb_kalgebra_var" not in UNAVAILABLE_METRICS
 
 
 def test_an_apps_own_steps_and_checks_are_named_by_the_app():
@@ -175,3 +176,14 @@ async def test_a_fail_ending_is_checked_by_the_task_not_scored_0_at_once():
 
     task = load_task(TEX / "C-06.json")
     assert decided_by_actions(task, [{"action": "fail"}]) is None
+
+
+def test_the_vm_images_grass_data_makes_a_task_not_runnable_even_with_grass_here():
+    verdicts = {
+        e.key: assess(e, is_cached=lambda url: False, app_missing=lambda app: None)
+        for e in read_task_folder(SB)
+    }
+    for key in ("TeXstudio/B-03", "GrassGIS/A-01"):
+        files = [r for r in verdicts[key].reasons if r.kind == "file"]
+        assert len(files) == 1 and "natural_earth_dataset" in files[0].detail, key
+    assert verdicts["TeXstudio/B-03"].supported and not verdicts["TeXstudio/B-03"].runnable
