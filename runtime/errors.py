@@ -1,6 +1,6 @@
 """The scalecua exception hierarchy: one base a user can catch.
 
-ScaleCUAError                (topics/errors.py, with ConfigError and SchemaError)
+ScaleCUAError
 ├── ConfigError              a setting is missing or invalid
 │   └── SettingError         a command's setting has a value it does not take (CLI exit status 2)
 ├── InfrastructureError      a service's own dependency failed: retried, never dead-lettered
@@ -49,10 +49,6 @@ exception class of the project to this tree.
 
 from __future__ import annotations
 
-# The root and the contract's own errors are defined on the floor below (topics/ imports
-# nothing above it); this module is the tree, and where every other module takes them from.
-from topics.errors import ConfigError, ScaleCUAError, SchemaError
-
 __all__ = [
     "AccountRequired",
     "BlobCorrupt",
@@ -74,6 +70,14 @@ __all__ = [
     "StorageError",
     "TaskError",
 ]
+
+
+class ScaleCUAError(Exception):
+    """Base class of every error scalecua raises on purpose."""
+
+
+class ConfigError(ScaleCUAError):
+    """A setting is missing or invalid."""
 
 
 class SettingError(ConfigError):
@@ -102,6 +106,10 @@ class RecordError(ScaleCUAError):
 
 class ServiceHalted(ScaleCUAError):
     """A service stopped on an infrastructure failure that outlasted its retries."""
+
+
+class SchemaError(ScaleCUAError):
+    """Bytes do not decode to the topic's event type."""
 
 
 class BlobNotFound(ScaleCUAError):

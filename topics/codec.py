@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from topics.errors import SchemaError
+from runtime.errors import SchemaError
 from topics.events import Event
 from topics.registry import topic
 

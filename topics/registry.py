@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topics.errors import ConfigError
+from runtime.errors import ConfigError
 from topics.events import (
     DeadLetter,
     Event,
