@@ -13,6 +13,8 @@ from runtime.errors import TaskError
 __all__ = ["GETTERS", "get_vscode_config"]
 
 _SETTLE = 1.0  # seconds for the extension to write its file, as OSWorld waits
+_PAUSE = 0.5  # between the palette's keys: OSWorld replays each as a request to its VM
+_WRITE_S = 10.0  # the longest wait for the file: an extension's first command activates it
 
 
 async def get_vscode_config(ctx: EvalContext, config: dict[str, Any]) -> Any:
@@ -27,7 +29,15 @@ async def get_vscode_config(ctx: EvalContext, config: dict[str, Any]) -> Any:
         result = await ctx.controller.step(action)
         if not result.ok:
             raise TaskError(f"vscode_config: could not run {command!r}: {result.error}")
+        await asyncio.sleep(_PAUSE)
     await asyncio.sleep(_SETTLE)
+    # On a loaded machine the command (its extension activating first) can take longer than
+    # OSWorld's second: the file is waited for, and a command that writes nothing is None.
+    deadline = asyncio.get_running_loop().time() + _WRITE_S
+    while await ctx.controller.get_file(str(config["path"])) is None:
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.5)
     return await get_vm_file(ctx, {"path": config["path"], "dest": config["dest"]})
 
 
