@@ -9,10 +9,8 @@ the rule's `" ls"`.
 
 from __future__ import annotations
 
-import asyncio
 import io
 from pathlib import Path
-from typing import Any
 
 import docx
 import pytest
@@ -26,6 +24,7 @@ from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
 from runtime.envs.tasks.support import unsupported_parts
 from runtime.errors import TaskError
+from tests.desktop_shell import until_shell
 from tests.osworld import DATA, osworld_json, seeded_task
 
 TASK = "multi_apps/02ce9a50-7af2-47ed-8596-af0c230501f8"
@@ -104,14 +103,6 @@ def _tutorial() -> bytes:
     return out.getvalue()
 
 
-async def _until(controller: Any, check: str, timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.25)):
-        if (await controller.execute(check, shell=True)).get("returncode") == 0:
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for: {check}")
-
-
 # The agent's way to save the screen, as a script on the desktop: typed in full, its Python
 # line (and its ~/Desktop/ls.png) would sit on the screen next to the command being scored.
 _GRAB = """#!/bin/sh
@@ -135,7 +126,7 @@ async def test_osworld_task_on_a_desktop_untouched_wrong_command_and_solved(task
         await controller.upload_file("/tmp/grab", _GRAB.encode())
         await controller.execute("chmod +x /tmp/grab", shell=True)
         played, errors = await play(controller, [{"action": "key", "text": "ctrl+alt+t"}])
-        await _until(controller, "wmctrl -lx | grep -qi xterm")
+        assert await until_shell(controller, "wmctrl -lx | grep -qi xterm"), "no xterm window"
         await controller.execute(
             "wmctrl -x -r xterm -b add,maximized_vert,maximized_horz", shell=True
         )
@@ -145,7 +136,7 @@ async def test_osworld_task_on_a_desktop_untouched_wrong_command_and_solved(task
             typed = [{"action": "type", "text": f"{command}\n/tmp/grab\n"}]
             steps, more = await play(controller, typed)
             played, errors = played + steps, errors + more
-            await _until(controller, f"test -s {shot}")
+            assert await until_shell(controller, f"test -s {shot}"), f"no {shot}"
             scores.append(await evaluate(controller, task, played))
             kept = tmp_path / f"{command}.png"  # what was scored, read again for the message
             kept.write_bytes(await controller.get_file(shot) or b"")

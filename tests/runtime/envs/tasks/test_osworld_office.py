@@ -48,6 +48,7 @@ from runtime.envs.tasks.metrics import METRICS
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.desktop_shell import until_shell
 from tests.osworld import seeded_task
 
 pytestmark = pytest.mark.desktop
@@ -182,15 +183,6 @@ def _seeded(name: str, folder: Path, files: dict[str, Path]) -> Task:
 # -- playing ---------------------------------------------------------------------------------
 
 
-async def _until(controller: Any, check: str, timeout: float = 60.0) -> bool:  # noqa: ASYNC109
-    """Wait until the shell `check` succeeds on the desktop; False if it never does."""
-    for _ in range(int(timeout / 0.25)):
-        if (await controller.execute(check, shell=True)).get("returncode") == 0:
-            return True
-        await asyncio.sleep(0.25)
-    return False
-
-
 Phase = tuple[list[dict[str, Any]], str | None]  # actions, then a shell check to wait for
 
 
@@ -206,7 +198,7 @@ async def _untouched_then_solved(
     async with desktop.controller() as controller:
         await run_setup(controller, task)
         if ready is not None:
-            assert await _until(controller, ready), f"timed out waiting for: {ready}"
+            assert await until_shell(controller, ready), f"timed out waiting for: {ready}"
         untouched = await evaluate(controller, task, [])
         played: list[dict[str, Any]] = []
         for attempt in range(attempts):
@@ -218,7 +210,7 @@ async def _untouched_then_solved(
                 steps, errors = await play(controller, actions)
                 assert errors == [], errors
                 played += steps
-                if done is not None and not await _until(controller, done, 60.0 / attempts):
+                if done is not None and not await until_shell(controller, done, 60.0 / attempts):
                     failed = done
                     break
             if failed is None:
@@ -325,7 +317,7 @@ async def test_impress_slide_pane_in_this_desktops_accessibility_tree(task_deskt
             path, office_files["MLA_Workshop_061X_Works_Cited.pptx"].read_bytes()
         )
         await controller.open_file(path)
-        assert await _until(controller, _document_ready(path)), path
+        assert await until_shell(controller, _document_ready(path)), path
         ctx = EvalContext(controller, Path("/nonexistent"))
         tree = {"type": "accessibility_tree"}
         assert METRICS["check_left_panel"](await get_state(ctx, tree)) == 1.0

@@ -12,7 +12,6 @@ after what an agent would do, with ScienceBoard's own actions where it has them:
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.model import Task, load_task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.desktop_shell import until_shell
 
 pytestmark = pytest.mark.desktop
 
@@ -35,17 +35,14 @@ def _texstudio_here() -> None:
     assert missing_app(APPS["texstudio"]) is None, missing_app(APPS["texstudio"])
 
 
-async def _until(controller: Any, check: str, timeout: float = 60.0) -> None:
-    for _ in range(int(timeout / 0.25)):
-        if (await controller.execute(check, shell=True)).get("returncode") == 0:
-            return
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for: {check}")
+async def _write_main(controller: Any, text: str) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The agent's `write_file` of main.tex: the actions played and their errors."""
+    return await play(controller, [{"action": "write_file", "text": MAIN, "content": text}])
 
 
 async def _set_up(controller: Any, task: Task) -> None:
     await run_setup(controller, task)
-    await _until(controller, "wmctrl -lx | grep -qi texstudio")
+    assert await until_shell(controller, "wmctrl -lx | grep -qi texstudio"), "no TeXstudio window"
 
 
 async def test_c06_compiles_only_once_the_formula_is_fixed(task_desktop):
@@ -55,8 +52,7 @@ async def test_c06_compiles_only_once_the_formula_is_fixed(task_desktop):
     async with task_desktop.controller() as controller:
         await _set_up(controller, task)
         untouched = await evaluate(controller, task, [])
-        fixed = [{"action": "write_file", "text": MAIN, "content": source.replace(r"\or", r"\vee")}]
-        played, errors = await play(controller, fixed)
+        played, errors = await _write_main(controller, source.replace(r"\or", r"\vee"))
         solved = await evaluate(controller, task, played)
     assert errors == []
     assert (untouched.score, solved.score) == (0.0, 1.0), (untouched, solved)
@@ -71,15 +67,11 @@ async def test_b01_the_cite_key_checked_as_the_whole_file_and_by_bibtex(task_des
         await _set_up(controller, task)
         untouched = await evaluate(controller, task, [])
         wrong = source.replace(r"\cite{}", r"\cite{lean2015}")  # no such key: bibtex warns only
-        played, _ = await play(
-            controller, [{"action": "write_file", "text": MAIN, "content": wrong}]
-        )
+        played, _ = await _write_main(controller, wrong)
         miscited = await evaluate(controller, task, played)
         compiles = await controller.tex_check("/home/user/atelier", "main", bibtex=True)
         right = source.replace(r"\cite{}", r"\cite{de2015lean}")
-        played, errors = await play(
-            controller, [{"action": "write_file", "text": MAIN, "content": right}]
-        )
+        played, errors = await _write_main(controller, right)
         solved = await evaluate(controller, task, played)
         bbl = await controller.read_text("/home/user/atelier/main.bbl")
     assert errors == []
