@@ -93,24 +93,26 @@ def _tasks(args: argparse.Namespace) -> tuple[list, object, list[str]]:
     return events, families.family_of, list(families.HELDOUT_FAMILIES)
 
 
-def _is_scienceboard(folder: Path) -> bool:
-    """Whether a folder (or file) holds ScienceBoard's tasks rather than OSWorld's."""
+def _scienceboard_tasks(folder: Path) -> list | None:
+    """The task files of a folder (or file) of ScienceBoard's tasks; None for OSWorld's."""
     from runtime.envs.tasks.catalog import read_task_folder
 
-    tasks = [e.task for e in read_task_folder(folder) if e.task is not None]
-    return bool(tasks) and all(t.native is not None for t in tasks)
+    entries = read_task_folder(folder)
+    tasks = [e.task for e in entries if e.task is not None]
+    return entries if tasks and all(t.native is not None for t in tasks) else None
 
 
-def _benchmark(args: argparse.Namespace) -> tuple[list, object, dict]:
+def _benchmark(args: argparse.Namespace, entries: list | None) -> tuple[list, object, dict]:
     """A benchmark's runnable tasks as events, key -> domain, and its coverage report (an
-    OSWorld folder with its --index, or a ScienceBoard folder, all of its tasks)."""
+    OSWorld folder with its --index, or a ScienceBoard folder's `entries`, all its tasks)."""
     from producers.task_import import task_event
     from runtime.envs.tasks.catalog import read_index, read_task_folder
     from runtime.envs.tasks.coverage import assess, summarize
     from runtime.envs.tasks.files import open_file_cache
     from runtime.errors import ConfigError
 
-    entries = read_task_folder(args.tasks, read_index(args.index) if args.index else None)
+    if entries is None:
+        entries = read_task_folder(args.tasks, read_index(args.index) if args.index else None)
     cache = open_file_cache()
     verdicts = {v.key: v for v in (assess(e, is_cached=cache.has) for e in entries)}
     coverage = summarize(verdicts.values())
@@ -144,11 +146,14 @@ def _eval(args: argparse.Namespace) -> int:
 
     hf_logging.disable_progress_bar()
     coverage = None
-    scienceboard = args.tasks is not None and args.tasks.exists() and _is_scienceboard(args.tasks)
+    found = (
+        _scienceboard_tasks(args.tasks) if args.tasks is not None and args.tasks.exists() else None
+    )
+    scienceboard = found is not None
     if args.index is None and not scienceboard:
         events, family_of, held = _tasks(args)
     else:
-        events, family_of, coverage = _benchmark(args)
+        events, family_of, coverage = _benchmark(args, found if args.index is None else None)
         held = []
     if not events:
         raise ConfigError("no tasks to evaluate")
