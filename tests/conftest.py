@@ -97,3 +97,20 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServ
         yield server
     finally:
         server.close()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # noqa: ANN001, ANN201 - xdist's types
+    """Deal `--dist loadfile` longest file first, heavy shared fixtures on one worker."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from tests.scheduling import LongestFirst
+
+    return LongestFirst(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the longest files first (tests/scheduling.py), so the two workers end together."""
+    from tests.scheduling import longest_first
+
+    longest_first(items)
