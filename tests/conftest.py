@@ -93,9 +93,26 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedServ
     if not VLLM_PYTHON.exists():
         pytest.skip(".venv-vllm is missing: run `bash infra/install_vllm.sh` (install.sh --dev)")
     server = SharedServer(smollm2_policy(), tmp_path_factory.mktemp("vllm"))
+    _vllm_servers.append(server)
     try:
         yield server
     finally:
+        server.close()
+
+
+_vllm_servers: list[SharedServer] = []  # the session's (one, once a test asked for it)
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the vLLM server once the tests that share it are done: idle, it still spins
+    (~3% of a core) for the rest of the session; a later user would start it again."""
+    from tests.scheduling import unit_of
+
+    if nextitem is not None and (
+        unit_of(nextitem.nodeid) == unit_of(item.nodeid) or "vllm_server" in nextitem.fixturenames
+    ):
+        return
+    for server in _vllm_servers:
         server.close()
 
 
