@@ -50,7 +50,7 @@ def longest_first(items: list[pytest.Item]) -> None:
     """Order the collected tests by their unit's recorded seconds, longest first (in place)."""
     units: Counter[str] = Counter()
     for path, seconds in file_seconds().items():
-        units[SHARED.get(path, path)] += seconds
+        units[unit_of(path)] += seconds
     # Stable: a file's tests keep their order, and units of equal seconds their file order.
     items.sort(key=lambda item: -units[unit_of(item.nodeid)])
 
