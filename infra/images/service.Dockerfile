@@ -4,14 +4,14 @@
 # and the CPU torch wheel; infra/compose.local.yml runs it.
 ARG BASE
 
-# Every locked package, from the wheelhouse the host's pip resolved (no index here).
-FROM ${BASE} AS venv
-COPY wheels /wheels
-RUN python3 -m venv /opt/venv \
-    && /opt/venv/bin/pip install -q --no-index --no-deps --disable-pip-version-check /wheels/*.whl
-
 FROM ${BASE}
-COPY --from=venv /opt/venv /opt/venv
+# Every locked package, from the wheelhouse the host's pip resolved, which build.sh serves on
+# 127.0.0.1 for this step (no index here): the wheels never enter a layer.
+ARG WHEELS_URL
+ARG WHEEL_FILES
+RUN python3 -m venv /opt/venv \
+    && /opt/venv/bin/pip install -q --no-index --no-deps --disable-pip-version-check \
+       $(for wheel in ${WHEEL_FILES}; do echo "${WHEELS_URL}/${wheel}"; done)
 COPY pyproject.toml README.md /opt/scalecua/
 COPY topics /opt/scalecua/topics
 COPY runtime /opt/scalecua/runtime

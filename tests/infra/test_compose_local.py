@@ -7,7 +7,8 @@ crash (their processes killed) and their restart policy brings them back; a `doc
 (which Docker treats as an operator's stop, never restarted by a policy) is undone by `up`;
 the audit of the log and the checkpoints then finds nothing lost and nothing trained twice;
 `down` leaves no container of the stack or its desktops. The tiny policy plays episodes of
-two turns, so that a batch (2 tasks x 2 rollouts) takes about a minute on 2 cores.
+two turns of at most 16 tokens on 448-pixel screenshots, so that a batch (2 tasks x 2
+rollouts) is quick on 2 cores.
 """
 
 from __future__ import annotations
@@ -78,6 +79,9 @@ async def test_the_loop_under_compose_loses_nothing(tmp_path: Path) -> None:
         "SCALECUA_BROKER_PORT": str(bootstrap_port),
         "SCALECUA_DASHBOARD_PORT": str(_free_port()),
         "SCALECUA_MAX_STEPS": "2",
+        # 256 random tokens a turn on full-size screenshots were most of the loop's CPU.
+        "SCALECUA_MAX_TOKENS": "16",
+        "SCALECUA_IMAGE_MAX_SIDE": "448",
         "SCALECUA_KEEP_DOCKERD": "1",  # other test files may use the same engine
     }
     bootstrap = f"127.0.0.1:{bootstrap_port}"
