@@ -28,9 +28,9 @@ from tests.infra.loop_audit import audit
 
 pytestmark = pytest.mark.desktop
 PROJECT = "scalecua-test"
-# How long a phase (a reward, a policy version) may take. A batch takes about a minute on 2
-# idle cores, but the suite deals this file first (tests/scheduling.py), beside its heaviest
-# files on the other worker; a loop that is merely slow there should not fail.
+# How long a phase (a reward, a policy version) may take. A batch is quick on 2 idle cores,
+# but the suite deals this file among its longest, at the start (tests/scheduling.py), beside
+# the heaviest files on the other worker; a loop that is merely slow there should not fail.
 PHASE = 600
 
 

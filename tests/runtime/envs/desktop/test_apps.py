@@ -118,10 +118,7 @@ async def test_open_puts_each_file_type_in_its_app(
             if any(c.endswith(wm_class) for c in shown):
                 break
             await asyncio.sleep(0.2)
-        assert any(c.endswith(wm_class) for c in shown), (
-            path,
-            "\n".join(map(str, await _windows(ctl))),
-        )
+        assert any(c.endswith(wm_class) for c in shown), (path, "\n".join(map(str, windows)))
     # Chromium answers to google-chrome with its profile where OSWorld's tasks read Chrome's.
     assert (desktop.home / ".config/google-chrome/Default").is_dir()
     await desktop.reset()
