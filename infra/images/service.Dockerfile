@@ -18,7 +18,10 @@ COPY runtime /opt/scalecua/runtime
 COPY producers /opt/scalecua/producers
 COPY consumers /opt/scalecua/consumers
 COPY cli /opt/scalecua/cli
-RUN printf '#!/bin/sh\nexec /opt/venv/bin/python -m cli "$@"\n' >/usr/local/bin/scalecua \
+# Bytecode once at build: containers never write it (PYTHONDONTWRITEBYTECODE), so without
+# this every service start and healthcheck compiles the sources it imports again.
+RUN /opt/venv/bin/python -m compileall -q /opt/scalecua \
+    && printf '#!/bin/sh\nexec /opt/venv/bin/python -m cli "$@"\n' >/usr/local/bin/scalecua \
     && chmod 755 /usr/local/bin/scalecua
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
     PYTHONPATH=/opt/scalecua \
