@@ -35,14 +35,18 @@ async def test_a_running_broker_answers_and_a_stopped_one_does_not(
 def not_kafka() -> Iterator[str]:
     """A listener that answers every connection with an HTTP error, then closes it."""
     server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.1)  # close() does not wake an accept() blocked in another thread
     stop = threading.Event()
 
     def serve() -> None:
         while not stop.is_set():
             try:
                 conn, _ = server.accept()
+            except TimeoutError:
+                continue
             except OSError:
                 return
+            conn.settimeout(5)
             with conn:
                 conn.recv(1024)
                 conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")

@@ -215,8 +215,9 @@ async def _untouched_then_solved(
                     break
             if failed is None:
                 break
-        else:
-            raise AssertionError(f"timed out waiting for: {failed}")
+        else:  # what was on screen says whether the app was busy, gone or behind a dialog
+            windows = (await controller.execute("wmctrl -l", shell=True)).get("output")
+            raise AssertionError(f"timed out waiting for: {failed}; windows: {windows!r}")
         solved = await evaluate(controller, task, played)
     return untouched, solved
 

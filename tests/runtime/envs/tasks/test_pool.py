@@ -22,7 +22,7 @@ _results: dict[str, dict] = {}
 
 @pytest.fixture(scope="module")
 async def pool_results(task_pool) -> dict[str, dict]:
-    """Check every built-in task once, two at a time (one per desktop of the pool)."""
+    """Check every built-in task once, three at a time (one per desktop of the pool)."""
 
     async def one(task_id: str) -> None:
         for attempt in (1, 2):
