@@ -135,15 +135,15 @@ class ArchiveStore:
         # Run ids start with their UTC start time, so sorting them sorts by age.
         return sorted(found, key=lambda r: (r != LEGACY_RUN, r))
 
-    def _arrow_owned(self, path: str) -> pa.Buffer:
-        """Return a file's bytes in memory Arrow owns, with no Python object behind it."""
+    def _read_file(self, path: str) -> pa.Table:
+        """Return one archive file's table, parsed from memory Arrow owns."""
         # Arrow's pool threads may drop the last reference to what a read was given while
         # the interpreter exits; if that is a Python object (a file, a bytes buffer) its
         # destructor takes the GIL then and aborts the process ("terminate called without
         # an active exception", seen reading S3 archives). A copy Arrow owns has no such end.
         sink = pa.BufferOutputStream()
         sink.write(self.fs.cat_file(path))
-        return sink.getvalue()
+        return pq.read_table(pa.BufferReader(sink.getvalue()))
 
     @_storage
     def read(
@@ -165,8 +165,7 @@ class ArchiveStore:
                 if partitions is not None and part not in partitions:
                     continue
                 for first, last in self.ranges(topic_name, part, run_id):
-                    table = pq.read_table(pa.BufferReader(self._arrow_owned(
-                        f"{run_dir}/{leaf}/{file_name(first, last)}")))  # fmt: skip
+                    table = self._read_file(f"{run_dir}/{leaf}/{file_name(first, last)}")
                     tables.append(table.append_column("_run", pa.array([run_id] * len(table))))
         if not tables:
             return None
