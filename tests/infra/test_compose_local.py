@@ -67,7 +67,7 @@ async def _wait(what: str, check, timeout: float) -> object:  # noqa: ANN001 - a
         await asyncio.sleep(3)
 
 
-# On a fresh machine the images are built first (about 3.5 minutes on 2 cores), then the run.
+# On a fresh machine the images are built first (about 2.5 minutes on 2 cores), then the run.
 @pytest.mark.timeout(2400)
 async def test_the_loop_under_compose_loses_nothing(tmp_path: Path) -> None:
     host = ensure_images("desktop", "service")
