@@ -19,6 +19,7 @@ import asyncio
 import io
 import json
 import socket
+import warnings
 import zipfile
 from typing import Any
 
@@ -246,18 +247,25 @@ async def test_open_folder_task_53ad5833(task_desktop):
     assert solved.score == 1.0, solved
 
 
+async def _shells(ctl: Any) -> int:
+    """How many shells VS Code's terminals run (its pty host forks one per terminal)."""
+    found = await ctl.execute(["pgrep", "-fc", "shellIntegration-bash"])
+    return int(found["output"].strip() or 0)
+
+
 async def _open_terminal(ctl: Any, attempts: int = 3) -> None:
-    """Open a new VS Code terminal (ctrl+shift+`) and wait until its shell runs: the pty host
-    forks it only then, and keys typed before it exists can be lost. Under load the keys may
-    reach a workbench still laying itself out, so the window is focused and the keys pressed
-    again (a new terminal each time, never a toggle that could hide the first)."""
+    """Open a new VS Code terminal (ctrl+shift+`) and wait until its shell runs: keys typed
+    before it exists can be lost. Under load the keys may reach a workbench still laying
+    itself out, so the window is focused and the keys pressed again (a new terminal each
+    time, never a toggle that could hide the first)."""
+    before = await _shells(ctl)
     for _ in range(attempts):
         await ctl.activate_window(TITLE)
         _, errors = await play(ctl, _keys("ctrl+shift+grave", pause=1.0))
         assert errors == [], errors
         for _ in range(30):
-            if (await ctl.execute(["pgrep", "-f", "shellIntegration-bash"]))["returncode"] == 0:
-                await asyncio.sleep(1.0)  # the terminal takes focus as its shell starts
+            if await _shells(ctl) > before:
+                await asyncio.sleep(1.5)  # the new terminal takes focus as its shell starts
                 return
             await asyncio.sleep(0.5)
     tree = (await ctl.execute(["ps", "-eo", "pid,ppid,args", "--forest"]))["output"]
@@ -272,18 +280,25 @@ async def test_integrated_terminal_has_the_desktops_commands(task_desktop):
         await ctl.launch(["code", "/home/user/Desktop"])
         await _wait_for_title(ctl, TITLE)
         await asyncio.sleep(3.0)
-        await _open_terminal(ctl)
         line = "code --list-extensions > /home/user/listed.txt; echo $? > /home/user/status.txt\n"
-        for _ in range(2):  # typed once more if the first went nowhere (the line is idempotent)
-            _, errors = await play(ctl, _type(line, pause=1.0))
+        await _open_terminal(ctl)
+        # A new terminal can drop a line typed as its prompt comes up (4 of 11 tries here, the
+        # shell already running; CI failed on it once): so the line is typed again, after a
+        # ctrl+c that clears whatever part of it arrived, until it runs.
+        for attempt in (1, 2, 3, 4):
+            keys = _keys("ctrl+c", pause=1.0) if attempt > 1 else []
+            _, errors = await play(ctl, [*keys, *_type(line, pause=1.0)])
             assert errors == [], errors
-            for _ in range(40):
+            for _ in range(24):
                 status = await ctl.execute(["cat", "/home/user/status.txt"])
                 if status["returncode"] == 0:
                     break
                 await asyncio.sleep(0.5)
             if status["returncode"] == 0:
                 break
+            warnings.warn(
+                f"try {attempt}: the line typed into the terminal did not run", stacklevel=1
+            )
         assert status["output"].strip() == "0", status
 
 
