@@ -220,7 +220,7 @@ wants() { [[ " ${STAGES[*]} " == *" $1 "* ]]; }
 # The base first: the other two build on it. Then desktop and service at once: one is mostly
 # apt and the other mostly pip, and together they take ~2/3 of their sum on 2 cores. Each in
 # a subshell of its own (its wheel server stops with it); a failed one fails the build.
-if wants base || wants desktop || wants service; then have_image "$BASE_TAG" || build_base; fi
+if wants base; then build_base; else have_image "$BASE_TAG" || build_base; fi
 jobs_started=()
 for stage in desktop service; do
   wants "$stage" || continue

@@ -31,6 +31,7 @@ from runtime.envs.tasks.evaluate import evaluate
 from runtime.envs.tasks.model import Task
 from runtime.envs.tasks.runner import play
 from runtime.envs.tasks.setup import run_setup
+from tests.desktop_shell import until_shell
 from tests.osworld import seeded_task
 
 pytestmark = pytest.mark.desktop
@@ -247,9 +248,14 @@ async def test_open_folder_task_53ad5833(task_desktop):
     assert solved.score == 1.0, solved
 
 
+# How many shells VS Code's terminals run (its pty host forks one per terminal); the
+# bracket keeps the `sh -c` running this from counting itself.
+_COUNT_SHELLS = "pgrep -fc '[s]hellIntegration-bash'"
+
+
 async def _shells(ctl: Any) -> int:
-    """How many shells VS Code's terminals run (its pty host forks one per terminal)."""
-    found = await ctl.execute(["pgrep", "-fc", "shellIntegration-bash"])
+    """How many shells VS Code's terminals run."""
+    found = await ctl.execute(_COUNT_SHELLS, shell=True)
     return int(found["output"].strip() or 0)
 
 
@@ -263,11 +269,9 @@ async def _open_terminal(ctl: Any, attempts: int = 3) -> None:
         await ctl.activate_window(TITLE)
         _, errors = await play(ctl, _keys("ctrl+shift+grave", pause=1.0))
         assert errors == [], errors
-        for _ in range(30):
-            if await _shells(ctl) > before:
-                await asyncio.sleep(1.5)  # the new terminal takes focus as its shell starts
-                return
-            await asyncio.sleep(0.5)
+        if await until_shell(ctl, f"[ $({_COUNT_SHELLS}) -gt {before} ]", 15):
+            await asyncio.sleep(1.5)  # the new terminal takes focus as its shell starts
+            return
     tree = (await ctl.execute(["ps", "-eo", "pid,ppid,args", "--forest"]))["output"]
     raise AssertionError(f"no terminal shell after {attempts} tries; processes:\n{tree}")
 
@@ -289,16 +293,12 @@ async def test_integrated_terminal_has_the_desktops_commands(task_desktop):
             keys = _keys("ctrl+c", pause=1.0) if attempt > 1 else []
             _, errors = await play(ctl, [*keys, *_type(line, pause=1.0)])
             assert errors == [], errors
-            for _ in range(24):
-                status = await ctl.execute(["cat", "/home/user/status.txt"])
-                if status["returncode"] == 0:
-                    break
-                await asyncio.sleep(0.5)
-            if status["returncode"] == 0:
+            if await until_shell(ctl, "test -s /home/user/status.txt", timeout=12):
                 break
             warnings.warn(
                 f"try {attempt}: the line typed into the terminal did not run", stacklevel=1
             )
+        status = await ctl.execute(["cat", "/home/user/status.txt"])
         assert status["output"].strip() == "0", status
 
 
